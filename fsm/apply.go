@@ -1,0 +1,178 @@
+package fsm
+
+// One small apply function per entry type. Each validates first and returns
+// an error Result before changing anything.
+
+func (a *applier) apply(cmd Command) Result {
+	switch c := cmd.(type) {
+	case *OpenSession:
+		return a.openSession(c)
+	case *CloseSession:
+		return a.closeSession(c)
+	case *ExpireSession:
+		return a.expireSession(c)
+	case *Request:
+		return a.request(c)
+	case *Release:
+		return a.release(c)
+	case *Abort:
+		return a.abort(c)
+	case *SetLimits:
+		return a.setLimits(c)
+	case *Unknown:
+		return Result{Status: StatusIgnored}
+	case nil:
+		return Result{Err: errorf(CodeInvalid, "entry has no command")}
+	}
+	return Result{Err: errorf(CodeInvalid, "entry type %s is not applied by this version", cmd.Type())}
+}
+
+// session finds the live session id of namespace ns. A session of another
+// namespace is reported exactly as a closed one: nothing is learnt about
+// other namespaces (SPEC §10).
+func (a *applier) session(id uint64, ns string) (*session, *Error) {
+	if err := a.st.limits.checkNamespace(ns); err != nil {
+		return nil, err
+	}
+	s := a.st.sessions[id]
+	if s == nil || s.ns.name != ns {
+		return nil, errorf(CodeSessionClosed, "session %d is not open in namespace %s (closed, expired or never opened)", id, quote(ns))
+	}
+	a.ns = s.ns
+	return s, nil
+}
+
+// request is spec §4.1 step 2 (with SPEC §7 scopes and §6 retries).
+func (a *applier) request(c *Request) Result {
+	lim := &a.st.limits
+	if err := lim.checkRequest(c); err != nil {
+		return Result{Err: err}
+	}
+	s, err := a.session(c.Session, c.Namespace)
+	if err != nil {
+		return Result{Err: err}
+	}
+	if res, ok := a.duplicate(s, c.RequestID); ok {
+		return res
+	}
+	if c.RequestID < s.floor {
+		return Result{Err: errorf(CodeInvalid, "request id %d of session %d was already used: it is below the session's acknowledged floor %d", c.RequestID, s.id, s.floor)}
+	}
+	if s.nHeld >= lim.MaxHeldPerSession {
+		return Result{Err: errorf(CodeLimit, "session %d holds %d locks, the limit", s.id, s.nHeld)}
+	}
+	if s.nPending >= lim.MaxPendingPerSession {
+		return Result{Err: errorf(CodeLimit, "session %d has %d pending requests, the limit", s.id, s.nPending)}
+	}
+	s.ack(c.AckBelow)
+	r := &request{index: a.index, id: c.RequestID, sess: s, names: c.Names, mode: c.Mode, signal: c.Signal, requestedAt: a.time}
+	switch {
+	case c.Steal: // step 2.4: steal, prepend, process: r is granted at once
+		a.steal(r)
+		a.admit(r)
+		a.grant(r)
+		a.process()
+	case a.grantableNew(r.names, r.mode): // enqueue + process grants r at once
+		a.admit(r)
+		a.grant(r)
+	case c.IfAvailable: // step 2.5.1: not grantable, never queued
+		a.emit(s, Event{Kind: EventNotAvailable, RequestID: r.id, Names: r.names, Mode: r.mode})
+		s.remember(lim.MaxFinished, outcome{id: r.id, status: StatusNotAvailable})
+		return Result{Status: StatusNotAvailable}
+	default: // step 2.5.2; processing cannot grant what is not grantable
+		a.admit(r)
+		a.enqueue(r)
+		return Result{Status: StatusQueued}
+	}
+	return Result{Status: StatusGranted, Token: r.token, AcquiredAt: r.acquiredAt}
+}
+
+// admit makes r a live request of its session.
+func (a *applier) admit(r *request) {
+	a.st.requests[r.key()] = r
+	r.sess.pushLive(r)
+}
+
+// release is spec §4.2 for the lock granted to a request. A repeated release
+// succeeds and changes nothing.
+func (a *applier) release(c *Release) Result {
+	s, err := a.session(c.Session, c.Namespace)
+	if err != nil {
+		return Result{Err: err}
+	}
+	r := a.st.requests[reqKey{s.id, c.RequestID}]
+	if r == nil {
+		if o, ok := s.find(c.RequestID); ok {
+			if c.Token != 0 && o.token != 0 && c.Token != o.token {
+				return Result{Err: errorf(CodeInvalid, "token %d is not the token %d of request %d of session %d", c.Token, o.token, c.RequestID, s.id)}
+			}
+			return Result{Status: o.status, Token: o.token, Cause: o.cause, Reason: o.reason, Duplicate: true}
+		}
+		if c.RequestID != 0 && c.RequestID < s.floor {
+			return Result{Status: StatusReleased, Token: c.Token, Duplicate: true}
+		}
+		return Result{Err: errorf(CodeInvalid, "session %d has no lock for request %d", s.id, c.RequestID)}
+	}
+	if !r.held {
+		return Result{Err: errorf(CodeInvalid, "request %d of session %d is queued, not held: abort it instead of releasing it", c.RequestID, s.id)}
+	}
+	if c.Token != 0 && c.Token != r.token {
+		return Result{Err: errorf(CodeInvalid, "token %d is not the token %d of request %d of session %d", c.Token, r.token, c.RequestID, s.id)}
+	}
+	s.ack(c.AckBelow)
+	token := r.token
+	a.unhold(r)
+	a.finish(r, outcome{status: StatusReleased, token: token})
+	a.process()
+	return Result{Status: StatusReleased, Token: token}
+}
+
+// abort is spec §4.3. When the grant won the race the lock is released at
+// once and the request still ends aborted (SPEC §6, point (c)). An abort
+// that arrives before its request leaves a record, so the request, should it
+// arrive later, is answered aborted and never queued.
+func (a *applier) abort(c *Abort) Result {
+	lim := &a.st.limits
+	if c.RequestID == 0 {
+		return Result{Err: errorf(CodeInvalid, "request id 0 is not allowed")}
+	}
+	if int64(len(c.Reason)) > lim.MaxReasonBytes {
+		return Result{Err: errorf(CodeLimit, "abort reason is %d bytes, over the limit of %d", len(c.Reason), lim.MaxReasonBytes)}
+	}
+	s, err := a.session(c.Session, c.Namespace)
+	if err != nil {
+		return Result{Err: err}
+	}
+	if res, ok := a.duplicate(s, c.RequestID); ok && res.Status != StatusGranted && res.Status != StatusQueued {
+		return res
+	}
+	if c.RequestID < s.floor && a.st.requests[reqKey{s.id, c.RequestID}] == nil {
+		return Result{Status: StatusAborted, Cause: CauseAborted, Duplicate: true}
+	}
+	s.ack(c.AckBelow)
+	o := outcome{id: c.RequestID, status: StatusAborted, cause: CauseAborted, reason: c.Reason}
+	ev := Event{Kind: EventAborted, RequestID: c.RequestID, Cause: CauseAborted, Reason: c.Reason}
+	if r := a.st.requests[reqKey{s.id, c.RequestID}]; r != nil {
+		if r.held {
+			o.token = r.token
+			a.unhold(r)
+		} else {
+			a.unqueue(r)
+		}
+		ev.Names, ev.Mode, ev.Token = r.names, r.mode, o.token
+		a.finish(r, o)
+	} else {
+		s.remember(lim.MaxFinished, o)
+	}
+	a.emit(s, ev)
+	a.process()
+	return Result{Status: StatusAborted, Token: o.token, Cause: CauseAborted, Reason: c.Reason}
+}
+
+func (a *applier) setLimits(c *SetLimits) Result {
+	if err := c.Limits.Validate(); err != nil {
+		return Result{Err: err}
+	}
+	a.st.limits = c.Limits
+	return Result{Status: StatusOK}
+}

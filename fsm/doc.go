@@ -1,0 +1,32 @@
+// Package fsm owns the lock manager: the Web Locks scheduling algorithm as a
+// deterministic state machine that every Raft replica applies in log order.
+//
+// It imports only the standard library. Time, identity and ordering come in
+// through the log: each Entry carries the leader's clock reading, the Raft
+// index of the entry is the version of the state, the id of a session opened
+// by it, and the fencing token of every lock it grants. Apply never reads a
+// clock, never draws a random number and never lets Go's map order reach a
+// result, an event, a query or a snapshot, so every replica that applies the
+// same entries reaches the same state (Digest) and emits the same events.
+//
+// The state, per namespace (the spec's origin):
+//
+//   - the held lock set, in grant order;
+//   - the lock request queue map, its queues in creation order (an emptied
+//     queue is dropped and created anew at the end when needed);
+//   - the sessions (the spec's agents), each with its live requests in
+//     creation order and a bounded table of finished outcomes that makes
+//     retried requests, releases and aborts idempotent.
+//
+// A request may name several resources (a scope). It is queued on every name
+// at once and granted on every name at once, only when it is at the head of
+// every one of its queues and no held lock conflicts on any of its names.
+// Since requests enter all their queues in log order, the queues agree on the
+// relative order of any two requests, so scoped requests cannot deadlock.
+//
+// Apply returns the entry's Result (errors are values: a rejected request
+// changes nothing) and the ordered Events it caused, each addressed to one
+// session. Delivering those events is the caller's job; this package does no
+// I/O. See DESIGN.md beside this file for the invariants and the mapping of
+// every function to a step of the spec.
+package fsm

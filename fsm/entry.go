@@ -1,0 +1,137 @@
+package fsm
+
+// EntryType numbers the log entry types. Numbers are explicit and never
+// reused: a retired type keeps its number, and a new type takes a new one.
+type EntryType uint8
+
+const (
+	TypeInvalid       EntryType = 0 // never written
+	TypeOpenSession   EntryType = 1
+	TypeCloseSession  EntryType = 2
+	TypeExpireSession EntryType = 3
+	TypeRequest       EntryType = 4
+	TypeRelease       EntryType = 5
+	TypeAbort         EntryType = 6
+	TypeSetLimits     EntryType = 7
+)
+
+var typeNames = map[EntryType]string{
+	TypeOpenSession: "OpenSession", TypeCloseSession: "CloseSession",
+	TypeExpireSession: "ExpireSession", TypeRequest: "Request", TypeRelease: "Release",
+	TypeAbort: "Abort", TypeSetLimits: "SetLimits",
+}
+
+func (t EntryType) String() string {
+	if n, ok := typeNames[t]; ok {
+		return n
+	}
+	return "EntryType(" + itoa(uint64(t)) + ")"
+}
+
+// Entry is one log entry: a command, the leader's clock when it proposed it,
+// and envelope flags.
+type Entry struct {
+	// Time is the proposing leader's clock, Unix nanoseconds. It becomes the
+	// acquired-at time of every lock the entry grants and the open time of a
+	// session it opens. Apply never reads a clock of its own.
+	Time int64
+	// IgnoreIfUnknown lets a node that does not know the entry's type skip
+	// it instead of stopping. Set it only on entries whose effect a replica
+	// may safely miss.
+	IgnoreIfUnknown bool
+	Cmd             Command
+}
+
+// Command is the payload of an Entry: one of the types below.
+type Command interface{ Type() EntryType }
+
+// OpenSession opens a session (the spec's agent). Its id is the Raft index
+// of this entry.
+type OpenSession struct {
+	Namespace string
+	Label     string // shown by query; the client's host name and pid by default
+	TTL       int64  // nanoseconds
+	// ClientID is the spec's clientId, stamped by the leader (random); when
+	// empty the session's id, in decimal, is used.
+	ClientID string
+}
+
+// CloseSession ends a session at its client's request (spec §2.6).
+type CloseSession struct {
+	Session   uint64
+	Namespace string
+}
+
+// ExpireSession ends a session whose heartbeat deadline passed on the
+// leader (spec §2.6).
+type ExpireSession struct {
+	Session uint64
+}
+
+// Request is a lock request (spec §4.1) for one or more names (a scope).
+type Request struct {
+	Session   uint64
+	Namespace string
+	// RequestID is chosen by the client, unique within the session, not 0.
+	RequestID uint64
+	Names     []string
+	Mode      Mode
+	// IfAvailable grants at once or not at all (spec §3.2.1 ifAvailable).
+	IfAvailable bool
+	// Steal releases every held lock on the names and grants at once.
+	Steal bool
+	// Signal says the request can be aborted (the spec's AbortSignal is
+	// present); it is incompatible with IfAvailable and Steal.
+	Signal bool
+	// AckBelow tells that the client has every outcome of its request ids
+	// below it: their outcomes may be forgotten (Raft dissertation §6.3).
+	AckBelow uint64
+}
+
+// Release releases the lock granted to a request (spec §4.2).
+type Release struct {
+	Session   uint64
+	Namespace string
+	RequestID uint64
+	// Token, when not 0, must be the lock's token: a guard against
+	// releasing something else than the caller believes it holds.
+	Token    uint64
+	AckBelow uint64
+}
+
+// Abort aborts a pending request (spec §4.3). When the grant won the race,
+// the lock is released at once and the abort still reported (SPEC §6).
+type Abort struct {
+	Session   uint64
+	Namespace string
+	RequestID uint64
+	Reason    string
+	AckBelow  uint64
+}
+
+// SetLimits replaces the replicated limits (SPEC §10). Limits live in the
+// state, not in each node's configuration, so every replica validates alike.
+type SetLimits struct {
+	Limits Limits
+}
+
+func (OpenSession) Type() EntryType   { return TypeOpenSession }
+func (CloseSession) Type() EntryType  { return TypeCloseSession }
+func (ExpireSession) Type() EntryType { return TypeExpireSession }
+func (Request) Type() EntryType       { return TypeRequest }
+func (Release) Type() EntryType       { return TypeRelease }
+func (Abort) Type() EntryType         { return TypeAbort }
+func (SetLimits) Type() EntryType     { return TypeSetLimits }
+
+func itoa(v uint64) string {
+	var b [20]byte
+	i := len(b)
+	for {
+		i--
+		b[i] = byte('0' + v%10)
+		v /= 10
+		if v == 0 {
+			return string(b[i:])
+		}
+	}
+}

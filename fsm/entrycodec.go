@@ -1,0 +1,225 @@
+package fsm
+
+import (
+	"errors"
+	"fmt"
+)
+
+// The entry envelope, version 1:
+//
+//	byte    envelope version (1)
+//	byte    entry type (EntryType)
+//	byte    flags: bit 0 ignore-if-unknown; other bits must be 0
+//	varint  leader time, Unix nanoseconds
+//	...     the command's fields, in the order of encodeCmd
+//
+// An entry must be consumed exactly: trailing bytes are an error. A new
+// field means a new envelope version, decoded into the same types here, so
+// the core only ever sees one shape.
+
+const (
+	envelopeVersion = 1
+	flagIgnore      = 1 << 0
+)
+
+// Unknown is an entry of a type this version does not know, flagged
+// ignore-if-unknown: it is applied as a no-op.
+type Unknown struct{ EntryType EntryType }
+
+func (u Unknown) Type() EntryType { return u.EntryType }
+
+// EncodeEntry returns the bytes of e. It fails only on a command type it
+// does not know.
+func EncodeEntry(e Entry) ([]byte, error) {
+	return AppendEntry(nil, e)
+}
+
+// AppendEntry appends the encoding of e to b.
+func AppendEntry(b []byte, e Entry) ([]byte, error) {
+	if e.Cmd == nil {
+		return nil, errors.New("fsm: entry has no command")
+	}
+	en := encoder{b: b}
+	var flags byte
+	if e.IgnoreIfUnknown {
+		flags |= flagIgnore
+	}
+	en.byte1(envelopeVersion)
+	en.byte1(byte(e.Cmd.Type()))
+	en.byte1(flags)
+	en.varint(e.Time)
+	if err := encodeCmd(&en, e.Cmd); err != nil {
+		return nil, err
+	}
+	return en.b, nil
+}
+
+// DecodeEntry decodes an entry. Its error names what is wrong; a replica
+// that cannot decode a committed entry must stop.
+func DecodeEntry(b []byte) (Entry, error) {
+	d := decoder{b: b}
+	v := d.byte1()
+	t := EntryType(d.byte1())
+	flags := d.byte1()
+	e := Entry{Time: d.varint(), IgnoreIfUnknown: flags&flagIgnore != 0}
+	if d.err != nil {
+		return Entry{}, fmt.Errorf("fsm: cannot decode entry header (%d bytes): %w", len(b), d.err)
+	}
+	if v != envelopeVersion {
+		return Entry{}, fmt.Errorf("fsm: entry envelope version %d is not supported (this node knows version %d): upgrade this node", v, envelopeVersion)
+	}
+	if flags&^flagIgnore != 0 {
+		return Entry{}, fmt.Errorf("fsm: entry of type %s has unknown flags %#x", t, flags)
+	}
+	cmd := newCmd(t)
+	if cmd == nil {
+		if e.IgnoreIfUnknown {
+			e.Cmd = &Unknown{EntryType: t}
+			return e, nil
+		}
+		return Entry{}, fmt.Errorf("fsm: entry type %d is unknown to this node and not flagged ignore-if-unknown: upgrade this node", t)
+	}
+	decodeCmd(&d, cmd)
+	if d.err == nil && len(d.b) != 0 {
+		d.fail(fmt.Errorf("%d trailing bytes", len(d.b)))
+	}
+	if d.err != nil {
+		return Entry{}, fmt.Errorf("fsm: cannot decode %s entry: %w", t, d.err)
+	}
+	e.Cmd = cmd
+	return e, nil
+}
+
+func newCmd(t EntryType) Command {
+	switch t {
+	case TypeOpenSession:
+		return &OpenSession{}
+	case TypeCloseSession:
+		return &CloseSession{}
+	case TypeExpireSession:
+		return &ExpireSession{}
+	case TypeRequest:
+		return &Request{}
+	case TypeRelease:
+		return &Release{}
+	case TypeAbort:
+		return &Abort{}
+	case TypeSetLimits:
+		return &SetLimits{}
+	}
+	return nil
+}
+
+const (
+	reqIfAvailable = 1 << iota
+	reqSteal
+	reqSignal
+)
+
+func encodeCmd(en *encoder, cmd Command) error {
+	switch c := cmd.(type) {
+	case *OpenSession:
+		en.str(c.Namespace)
+		en.str(c.Label)
+		en.varint(c.TTL)
+		en.str(c.ClientID)
+	case *CloseSession:
+		en.uvarint(c.Session)
+		en.str(c.Namespace)
+	case *ExpireSession:
+		en.uvarint(c.Session)
+	case *Request:
+		en.uvarint(c.Session)
+		en.str(c.Namespace)
+		en.uvarint(c.RequestID)
+		en.uvarint(c.AckBelow)
+		en.uvarint(uint64(len(c.Names)))
+		for _, n := range c.Names {
+			en.str(n)
+		}
+		en.byte1(byte(c.Mode))
+		var f byte
+		if c.IfAvailable {
+			f |= reqIfAvailable
+		}
+		if c.Steal {
+			f |= reqSteal
+		}
+		if c.Signal {
+			f |= reqSignal
+		}
+		en.byte1(f)
+	case *Release:
+		en.uvarint(c.Session)
+		en.str(c.Namespace)
+		en.uvarint(c.RequestID)
+		en.uvarint(c.Token)
+		en.uvarint(c.AckBelow)
+	case *Abort:
+		en.uvarint(c.Session)
+		en.str(c.Namespace)
+		en.uvarint(c.RequestID)
+		en.str(c.Reason)
+		en.uvarint(c.AckBelow)
+	case *SetLimits:
+		encodeLimits(en, &c.Limits)
+	default:
+		return fmt.Errorf("fsm: cannot encode command %T", cmd)
+	}
+	return nil
+}
+
+func decodeCmd(d *decoder, cmd Command) {
+	switch c := cmd.(type) {
+	case *OpenSession:
+		c.Namespace, c.Label, c.TTL, c.ClientID = d.str(), d.str(), d.varint(), d.str()
+	case *CloseSession:
+		c.Session, c.Namespace = d.uvarint(), d.str()
+	case *ExpireSession:
+		c.Session = d.uvarint()
+	case *Request:
+		c.Session, c.Namespace, c.RequestID, c.AckBelow = d.uvarint(), d.str(), d.uvarint(), d.uvarint()
+		if n := d.count(1); n > 0 {
+			c.Names = make([]string, n)
+			for i := range c.Names {
+				c.Names[i] = d.str()
+			}
+		}
+		c.Mode = Mode(d.byte1())
+		f := d.byte1()
+		if f&^(reqIfAvailable|reqSteal|reqSignal) != 0 {
+			d.fail(fmt.Errorf("unknown request flags %#x", f))
+		}
+		c.IfAvailable, c.Steal, c.Signal = f&reqIfAvailable != 0, f&reqSteal != 0, f&reqSignal != 0
+	case *Release:
+		c.Session, c.Namespace, c.RequestID, c.Token, c.AckBelow = d.uvarint(), d.str(), d.uvarint(), d.uvarint(), d.uvarint()
+	case *Abort:
+		c.Session, c.Namespace, c.RequestID, c.Reason, c.AckBelow = d.uvarint(), d.str(), d.uvarint(), d.str(), d.uvarint()
+	case *SetLimits:
+		decodeLimits(d, &c.Limits)
+	}
+}
+
+func limitFields(l *Limits) []*int64 {
+	return []*int64{&l.MaxNameBytes, &l.MaxScopeNames, &l.MaxPendingPerSession, &l.MaxHeldPerSession,
+		&l.MaxSessionsPerNamespace, &l.MaxNamespaceBytes, &l.MaxLabelBytes, &l.MaxReasonBytes,
+		&l.MinTTL, &l.MaxTTL, &l.MaxFinished}
+}
+
+func encodeLimits(en *encoder, l *Limits) {
+	f := limitFields(l)
+	en.uvarint(uint64(len(f)))
+	for _, p := range f {
+		en.varint(*p)
+	}
+}
+
+func decodeLimits(d *decoder, l *Limits) {
+	f := limitFields(l)
+	if n := d.count(1); n != len(f) && d.err == nil {
+		d.fail(fmt.Errorf("limits have %d fields, want %d", n, len(f)))
+	}
+	for _, p := range f {
+		*p = d.varint()
+	}
+}

@@ -1,0 +1,78 @@
+package fsm
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Code classifies an error as SPEC §9 does; the api package maps each code to
+// one gRPC status and Web Locks error name.
+type Code uint8
+
+const (
+	CodeOK Code = iota
+	// CodeInvalid is the spec's TypeError: bad UTF-8, an unknown mode, a
+	// malformed request.
+	CodeInvalid
+	// CodeNotSupported is NotSupportedError: a reserved name or an option
+	// combination the spec forbids.
+	CodeNotSupported
+	// CodeSessionClosed is InvalidStateError: the session is not open (in
+	// this namespace).
+	CodeSessionClosed
+	// CodeLimit: over a configured limit.
+	CodeLimit
+	// CodePermission is SecurityError.
+	CodePermission
+)
+
+var codeNames = [...]string{"OK", "TypeError", "NotSupportedError", "InvalidStateError", "LimitExceeded", "SecurityError"}
+
+func (c Code) String() string {
+	if int(c) < len(codeNames) {
+		return codeNames[c]
+	}
+	return fmt.Sprintf("code(%d)", uint8(c))
+}
+
+// Error is a rejected entry's error: a code and a message that names the bad
+// value. errors.Is(err, ErrInvalid) and friends compare codes.
+type Error struct {
+	Code Code
+	Msg  string
+}
+
+func (e *Error) Error() string { return e.Msg }
+
+// Is reports whether target is an *Error with the same code, so the
+// sentinels below match every error of their class.
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	return ok && t.Code == e.Code
+}
+
+// The sentinels, one per code, for errors.Is.
+var (
+	ErrInvalid       = &Error{Code: CodeInvalid, Msg: "invalid argument"}
+	ErrNotSupported  = &Error{Code: CodeNotSupported, Msg: "not supported"}
+	ErrSessionClosed = &Error{Code: CodeSessionClosed, Msg: "session closed"}
+	ErrLimit         = &Error{Code: CodeLimit, Msg: "limit exceeded"}
+	ErrPermission    = &Error{Code: CodePermission, Msg: "permission denied"}
+)
+
+func errorf(code Code, format string, args ...any) *Error {
+	return &Error{Code: code, Msg: fmt.Sprintf(format, args...)}
+}
+
+// CodeOf returns the code of err, CodeOK for nil, and CodeInvalid for an
+// error that is not an *Error.
+func CodeOf(err error) Code {
+	if err == nil {
+		return CodeOK
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return CodeInvalid
+}

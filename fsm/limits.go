@@ -1,0 +1,168 @@
+package fsm
+
+import (
+	"strings"
+	"unicode/utf8"
+)
+
+// Limits bound what one client may ask of the state machine. They are part
+// of the replicated state (changed by a SetLimits entry, kept in snapshots),
+// never read from a node's own configuration: every replica must reject the
+// same entries.
+type Limits struct {
+	MaxNameBytes            int64 // bytes in one resource name
+	MaxScopeNames           int64 // names in one request
+	MaxPendingPerSession    int64 // queued requests of one session
+	MaxHeldPerSession       int64 // locks held by one session
+	MaxSessionsPerNamespace int64 // live sessions of one namespace; 0: no limit
+	MaxNamespaceBytes       int64 // bytes in a namespace name
+	MaxLabelBytes           int64 // bytes in a session label or client id
+	MaxReasonBytes          int64 // bytes in an abort reason
+	MinTTL                  int64 // nanoseconds
+	MaxTTL                  int64 // nanoseconds
+	// MaxFinished bounds the finished outcomes a session remembers for
+	// retries; the oldest is forgotten past it.
+	MaxFinished int64
+}
+
+// DefaultLimits are the limits of a new state machine.
+func DefaultLimits() Limits {
+	return Limits{
+		MaxNameBytes:            1024,
+		MaxScopeNames:           64,
+		MaxPendingPerSession:    100_000,
+		MaxHeldPerSession:       100_000,
+		MaxSessionsPerNamespace: 0,
+		MaxNamespaceBytes:       256,
+		MaxLabelBytes:           256,
+		MaxReasonBytes:          256,
+		MinTTL:                  100e6,  // 100 ms
+		MaxTTL:                  3600e9, // 1 h
+		MaxFinished:             1024,
+	}
+}
+
+// Validate checks that every limit is usable.
+func (l Limits) Validate() error {
+	pos := []struct {
+		name string
+		v    int64
+	}{
+		{"MaxNameBytes", l.MaxNameBytes}, {"MaxScopeNames", l.MaxScopeNames},
+		{"MaxPendingPerSession", l.MaxPendingPerSession}, {"MaxHeldPerSession", l.MaxHeldPerSession},
+		{"MaxNamespaceBytes", l.MaxNamespaceBytes}, {"MaxLabelBytes", l.MaxLabelBytes},
+		{"MaxReasonBytes", l.MaxReasonBytes}, {"MinTTL", l.MinTTL}, {"MaxTTL", l.MaxTTL},
+		{"MaxFinished", l.MaxFinished},
+	}
+	for _, p := range pos {
+		if p.v <= 0 {
+			return errorf(CodeInvalid, "limit %s is %d: it must be positive", p.name, p.v)
+		}
+	}
+	if l.MaxSessionsPerNamespace < 0 {
+		return errorf(CodeInvalid, "limit MaxSessionsPerNamespace is %d: it must be 0 (no limit) or positive", l.MaxSessionsPerNamespace)
+	}
+	if l.MinTTL > l.MaxTTL {
+		return errorf(CodeInvalid, "limit MinTTL %d is above MaxTTL %d", l.MinTTL, l.MaxTTL)
+	}
+	return nil
+}
+
+// quote shortens a value for an error message: a hostile name of a megabyte
+// must not become a megabyte of log.
+func quote(s string) string {
+	const max = 64
+	if len(s) > max {
+		cut := max
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		return strq(s[:cut]) + "…"
+	}
+	return strq(s)
+}
+
+func strq(s string) string {
+	if utf8.ValidString(s) {
+		return "\"" + strings.ReplaceAll(s, "\"", "\\\"") + "\""
+	}
+	return "(invalid UTF-8)"
+}
+
+// checkNamespace validates a namespace name carried by an entry.
+func (l *Limits) checkNamespace(ns string) *Error {
+	switch {
+	case ns == "":
+		return errorf(CodeInvalid, "namespace is empty")
+	case !utf8.ValidString(ns):
+		return errorf(CodeInvalid, "namespace %s is not valid UTF-8", quote(ns))
+	case int64(len(ns)) > l.MaxNamespaceBytes:
+		return errorf(CodeLimit, "namespace %s is %d bytes, over the limit of %d", quote(ns), len(ns), l.MaxNamespaceBytes)
+	}
+	return nil
+}
+
+// checkRequest runs the checks of spec §3.2.1 (steps 5–8, after WebIDL's
+// own TypeErrors) and SPEC §2 and §7 on a request. The spec's step 9 (an
+// already aborted signal) is the client's: such a request is never sent.
+func (l *Limits) checkRequest(r *Request) *Error {
+	if r.RequestID == 0 {
+		return errorf(CodeInvalid, "request id 0 is not allowed")
+	}
+	if r.Mode != Exclusive && r.Mode != Shared {
+		return errorf(CodeInvalid, "mode %d is not exclusive (0) or shared (1)", r.Mode)
+	}
+	if len(r.Names) == 0 {
+		return errorf(CodeInvalid, "request %d names no resource", r.RequestID)
+	}
+	if int64(len(r.Names)) > l.MaxScopeNames {
+		return errorf(CodeLimit, "request %d names %d resources, over the limit of %d", r.RequestID, len(r.Names), l.MaxScopeNames)
+	}
+	for _, n := range r.Names {
+		if !utf8.ValidString(n) {
+			return errorf(CodeInvalid, "name %s is not valid UTF-8", quote(n))
+		}
+		if int64(len(n)) > l.MaxNameBytes {
+			return errorf(CodeLimit, "name %s is %d bytes, over the limit of %d", quote(n), len(n), l.MaxNameBytes)
+		}
+		if strings.HasPrefix(n, "-") { // step 5
+			return errorf(CodeNotSupported, "name %s starts with \"-\": such names are reserved", quote(n))
+		}
+	}
+	if dup, ok := duplicateName(r.Names); ok {
+		return errorf(CodeInvalid, "name %s appears twice in request %d", quote(dup), r.RequestID)
+	}
+	switch {
+	case r.Steal && r.IfAvailable: // step 6
+		return errorf(CodeNotSupported, "steal and ifAvailable cannot both be set")
+	case r.Steal && r.Mode != Exclusive: // step 7
+		return errorf(CodeNotSupported, "steal needs mode exclusive, not %s", r.Mode)
+	case r.Signal && (r.Steal || r.IfAvailable): // step 8
+		return errorf(CodeNotSupported, "an abort signal cannot be combined with steal or ifAvailable")
+	}
+	return nil
+}
+
+func duplicateName(names []string) (string, bool) {
+	if len(names) < 2 {
+		return "", false
+	}
+	if len(names) <= 8 {
+		for i := range names {
+			for j := i + 1; j < len(names); j++ {
+				if names[i] == names[j] {
+					return names[i], true
+				}
+			}
+		}
+		return "", false
+	}
+	seen := make(map[string]struct{}, len(names))
+	for _, n := range names {
+		if _, ok := seen[n]; ok {
+			return n, true
+		}
+		seen[n] = struct{}{}
+	}
+	return "", false
+}

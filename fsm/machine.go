@@ -1,0 +1,78 @@
+package fsm
+
+import (
+	"sync"
+)
+
+// Machine is the lock manager of one replica. Apply must be called with
+// strictly increasing indexes from one goroutine (Raft's FSM goroutine);
+// the read methods may be called from any goroutine at any time.
+type Machine struct {
+	mu sync.RWMutex // Apply and Restore write; readers read
+	st *state
+	a  applier // reused between entries: its work list keeps its capacity
+}
+
+// New returns an empty lock manager with the default limits.
+func New() *Machine { return &Machine{st: newState()} }
+
+// Apply applies one entry at a Raft index and returns its result and the
+// events it caused. A rejected entry changes nothing but the last index.
+func (m *Machine) Apply(index uint64, e Entry) Applied {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.applyLocked(index, e)
+}
+
+func (m *Machine) applyLocked(index uint64, e Entry) Applied {
+	if index <= m.st.lastIndex {
+		return Applied{Result: Result{Err: errorf(CodeInvalid, "entry index %d is not after the last applied index %d", index, m.st.lastIndex)}}
+	}
+	m.st.lastIndex = index
+	a := &m.a
+	a.st, a.ns, a.index, a.time, a.out = m.st, nil, index, e.Time, nil
+	res := a.apply(e.Cmd)
+	out := a.out
+	a.out, a.ns = nil, nil
+	return Applied{Result: res, Events: out}
+}
+
+// ApplyBytes decodes an entry and applies it. An error means the entry
+// could not be decoded: the state is unchanged and the caller must stop the
+// replica before its state diverges from the others.
+func (m *Machine) ApplyBytes(index uint64, data []byte) (Applied, error) {
+	e, err := DecodeEntry(data)
+	if err != nil {
+		return Applied{}, err
+	}
+	return m.Apply(index, e), nil
+}
+
+// LastIndex is the index of the last entry applied (or restored).
+func (m *Machine) LastIndex() uint64 {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return m.st.lastIndex
+}
+
+// Limits returns the replicated limits in force.
+func (m *Machine) Limits() Limits {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return m.st.limits
+}
+
+// Stats counts what the state holds.
+type Stats struct {
+	LastIndex  uint64
+	Namespaces int
+	Sessions   int
+	Held       int
+	Pending    int
+}
+
+func (m *Machine) Stats() Stats {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return Stats{LastIndex: m.st.lastIndex, Namespaces: len(m.st.namespaces), Sessions: len(m.st.sessions), Held: m.st.nHeld, Pending: m.st.nPending}
+}

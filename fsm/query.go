@@ -1,0 +1,90 @@
+package fsm
+
+import "sort"
+
+// Query is spec §4.5 for one namespace, in SPEC §8's order: pending queue by
+// queue in the order the queues were created, each in queue order (a scoped
+// request appears in each of its queues); held in grant order, a scoped lock
+// once per name. A namespace nobody uses answers empty, exactly like one
+// that does not exist.
+func (m *Machine) Query(namespace string) QueryResult {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	var q QueryResult
+	ns := m.st.namespaces[namespace]
+	if ns == nil {
+		return q
+	}
+	q.Pending = make([]LockInfo, 0, ns.nPending)
+	for res := ns.queueHead; res != nil; res = res.qnext {
+		for w := res.qhead; w != nil; w = w.next {
+			q.Pending = append(q.Pending, info(w.req, res.name))
+		}
+	}
+	q.Held = make([]LockInfo, 0, ns.nHeld)
+	for r := ns.heldHead; r != nil; r = r.hnext {
+		for _, n := range r.names {
+			q.Held = append(q.Held, info(r, n))
+		}
+	}
+	return q
+}
+
+func info(r *request, name string) LockInfo {
+	li := LockInfo{Name: name, Mode: r.mode, ClientID: r.sess.clientID, Label: r.sess.label, Session: r.sess.id, RequestID: r.id, RequestedAt: r.requestedAt}
+	if r.held {
+		li.Token, li.AcquiredAt = r.token, r.acquiredAt
+	}
+	return li
+}
+
+// Sessions lists the live sessions sorted by id: what a new leader re-arms.
+func (m *Machine) Sessions() []SessionInfo {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	out := make([]SessionInfo, 0, len(m.st.sessions))
+	for _, s := range m.st.sessions {
+		out = append(out, sessionInfo(s))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// Session describes one live session.
+func (m *Machine) Session(id uint64) (SessionInfo, bool) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	s := m.st.sessions[id]
+	if s == nil {
+		return SessionInfo{}, false
+	}
+	return sessionInfo(s), true
+}
+
+func sessionInfo(s *session) SessionInfo {
+	return SessionInfo{ID: s.id, Namespace: s.ns.name, ClientID: s.clientID, Label: s.label, TTL: s.ttl, OpenedAt: s.openedAt, EventSeq: s.eventSeq, Held: int(s.nHeld), Pending: int(s.nPending)}
+}
+
+// SessionRequests returns where every request a session still knows of
+// stands: live ones in creation order, then remembered finished ones by id.
+// With the session's EventSeq, it is what a client that lost its event
+// stream needs to resynchronise. ok is false when the session is not open.
+func (m *Machine) SessionRequests(id uint64) (reqs []RequestState, eventSeq uint64, ok bool) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	s := m.st.sessions[id]
+	if s == nil {
+		return nil, 0, false
+	}
+	for r := s.liveHead; r != nil; r = r.snext {
+		rs := RequestState{RequestID: r.id, Names: r.names, Mode: r.mode, Status: StatusQueued}
+		if r.held {
+			rs.Status, rs.Token, rs.AcquiredAt = StatusGranted, r.token, r.acquiredAt
+		}
+		reqs = append(reqs, rs)
+	}
+	for _, o := range s.finished {
+		reqs = append(reqs, RequestState{RequestID: o.id, Status: o.status, Token: o.token, Cause: o.cause, Reason: o.reason})
+	}
+	return reqs, s.eventSeq, true
+}

@@ -1,0 +1,196 @@
+package fsm
+
+// The scheduling core: spec §2.5 (grantable), §4.1 (request), §4.2
+// (release), §4.3 (abort) and §4.4 (process a queue), extended to scopes as
+// SPEC §7 says. All of it runs inside one entry, on one namespace.
+
+// applier carries one entry's context: its index (the fencing token of what
+// it grants), its leader time, the events it emits and the work list of
+// queues to process.
+type applier struct {
+	st    *state
+	ns    *namespace
+	index uint64
+	time  int64
+	out   []Event
+	work  []*resource
+}
+
+func (a *applier) emit(s *session, e Event) {
+	s.eventSeq++
+	e.Session, e.Seq = s.id, s.eventSeq
+	a.out = append(a.out, e)
+}
+
+// resource gets a name's resource, creating it (the spec's "get the lock
+// request queue", §2.5).
+func (a *applier) resource(name string) *resource {
+	res := a.ns.resources[name]
+	if res == nil {
+		res = &resource{name: name}
+		a.ns.resources[name] = res
+	}
+	return res
+}
+
+// touch puts res on the work list: its queue must be processed before the
+// entry ends.
+func (a *applier) touch(res *resource) {
+	if !res.inWork {
+		res.inWork = true
+		a.work = append(a.work, res)
+	}
+}
+
+// grantable is spec §2.5 for a queued request, over every name of its
+// scope: it heads every one of its queues (step 7) and no held lock
+// conflicts on any of its names (steps 8, 9).
+func grantable(r *request) bool {
+	for i := range r.waiters {
+		w := &r.waiters[i]
+		if w.prev != nil || w.res.conflicts(r.mode) {
+			return false
+		}
+	}
+	return true
+}
+
+// grantableNew is spec §2.5 for a request not yet in any queue: every one of
+// its queues is empty and no held lock conflicts.
+func (a *applier) grantableNew(names []string, m Mode) bool {
+	for _, n := range names {
+		if res := a.ns.resources[n]; res != nil && (res.qhead != nil || res.conflicts(m)) {
+			return false
+		}
+	}
+	return true
+}
+
+// process runs spec §4.4 on every queue of the work list until none has a
+// grantable head: each queue is granted from its head and stops at the first
+// request that is not grantable (SPEC point (a)). Granting a scoped request
+// removes it from its other queues, whose heads then change, so those go on
+// the work list too. The outcome does not depend on the order of the work
+// list (two heads that could both be granted name disjoint resources); the
+// order only fixes the order of events, and it is the same on every replica.
+func (a *applier) process() {
+	for i := 0; i < len(a.work); i++ {
+		res := a.work[i]
+		res.inWork = false
+		for res.qhead != nil {
+			r := res.qhead.req
+			if !grantable(r) {
+				break
+			}
+			a.unqueue(r)
+			a.grant(r)
+		}
+		a.dropIfEmpty(res)
+	}
+	clear(a.work)
+	a.work = a.work[:0]
+}
+
+// grant adds r to the held lock set (spec §4.4 step 2.1.10) with this
+// entry's index as its fencing token, and tells its session.
+func (a *applier) grant(r *request) {
+	r.held = true
+	r.token = a.index
+	r.acquiredAt = a.time
+	a.ns.pushHeld(r)
+	for _, n := range r.names {
+		res := a.resource(n)
+		res.holders = append(res.holders, r)
+	}
+	a.ns.nHeld++
+	r.sess.nHeld++
+	a.st.nHeld++
+	a.emit(r.sess, Event{Kind: EventGranted, RequestID: r.id, Names: r.names, Mode: r.mode, Token: r.token, AcquiredAt: r.acquiredAt})
+}
+
+// enqueue puts r at the end of the queue of every one of its names (spec
+// §4.1 step 2.5.2, for a whole scope at once).
+func (a *applier) enqueue(r *request) {
+	if len(r.names) == 1 {
+		r.waiters = r.w1[:1]
+	} else {
+		r.waiters = make([]waiter, len(r.names))
+	}
+	for i, n := range r.names {
+		w := &r.waiters[i]
+		w.req, w.res = r, a.resource(n)
+		a.ns.enqueue(w)
+	}
+	a.ns.nPending++
+	r.sess.nPending++
+	a.st.nPending++
+}
+
+// unqueue removes r from every one of its queues (spec §4.3 step 6, §4.4
+// step 2.1.1) and puts them on the work list: their heads may have changed.
+func (a *applier) unqueue(r *request) {
+	for i := range r.waiters {
+		w := &r.waiters[i]
+		a.ns.dequeue(w)
+		a.touch(w.res)
+		w.req, w.res = nil, nil
+	}
+	r.waiters = nil
+	a.ns.nPending--
+	r.sess.nPending--
+	a.st.nPending--
+}
+
+// unhold removes r from the held lock set (spec §4.2 step 6) and puts its
+// queues on the work list (step 7).
+func (a *applier) unhold(r *request) {
+	a.ns.unlinkHeld(r)
+	for _, n := range r.names {
+		res := a.ns.resources[n]
+		for i, h := range res.holders {
+			if h == r {
+				copy(res.holders[i:], res.holders[i+1:])
+				res.holders[len(res.holders)-1] = nil
+				res.holders = res.holders[:len(res.holders)-1]
+				break
+			}
+		}
+		a.touch(res)
+	}
+	r.held = false
+	a.ns.nHeld--
+	r.sess.nHeld--
+	a.st.nHeld--
+}
+
+// steal is spec §4.1 step 2.4.1 over every name of r's scope: every held
+// lock naming one of them is removed from the held lock set, whole (a scoped
+// lock is never partly held), and its session told it was stolen.
+func (a *applier) steal(r *request) {
+	for _, n := range r.names {
+		res := a.ns.resources[n]
+		if res == nil {
+			continue
+		}
+		for len(res.holders) > 0 {
+			h := res.holders[0]
+			a.unhold(h)
+			a.emit(h.sess, Event{Kind: EventLockLost, RequestID: h.id, Names: h.names, Mode: h.mode, Token: h.token, Cause: CauseStolen})
+			a.finish(h, outcome{status: StatusStolen, cause: CauseStolen, token: h.token})
+		}
+	}
+}
+
+func (a *applier) dropIfEmpty(res *resource) {
+	if res.empty() && !res.inWork {
+		delete(a.ns.resources, res.name)
+	}
+}
+
+// finish forgets a live request and remembers how it ended, for retries.
+func (a *applier) finish(r *request, o outcome) {
+	delete(a.st.requests, r.key())
+	r.sess.unlinkLive(r)
+	o.id = r.id
+	r.sess.remember(a.st.limits.MaxFinished, o)
+}

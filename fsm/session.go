@@ -1,0 +1,105 @@
+package fsm
+
+import (
+	"time"
+	"unicode/utf8"
+)
+
+// Sessions are the spec's agents (SPEC §4). The leader decides when one
+// expires; here an ExpireSession or CloseSession entry runs spec §2.6.
+
+func (a *applier) openSession(c *OpenSession) Result {
+	lim := &a.st.limits
+	if err := lim.checkNamespace(c.Namespace); err != nil {
+		return Result{Err: err}
+	}
+	for _, f := range [...]struct{ what, v string }{{"label", c.Label}, {"client id", c.ClientID}} {
+		if !utf8.ValidString(f.v) {
+			return Result{Err: errorf(CodeInvalid, "session %s %s is not valid UTF-8", f.what, quote(f.v))}
+		}
+		if int64(len(f.v)) > lim.MaxLabelBytes {
+			return Result{Err: errorf(CodeLimit, "session %s is %d bytes, over the limit of %d", f.what, len(f.v), lim.MaxLabelBytes)}
+		}
+	}
+	if c.TTL < lim.MinTTL || c.TTL > lim.MaxTTL {
+		return Result{Err: errorf(CodeInvalid, "session TTL %s is outside [%s, %s]", dur(c.TTL), dur(lim.MinTTL), dur(lim.MaxTTL))}
+	}
+	ns := a.st.namespaces[c.Namespace]
+	if ns != nil && lim.MaxSessionsPerNamespace > 0 && ns.sessions >= lim.MaxSessionsPerNamespace {
+		return Result{Err: errorf(CodeLimit, "namespace %s has %d sessions, the limit", quote(c.Namespace), ns.sessions)}
+	}
+	if ns == nil {
+		ns = &namespace{name: c.Namespace, resources: make(map[string]*resource)}
+		a.st.namespaces[c.Namespace] = ns
+	}
+	ns.sessions++
+	s := &session{id: a.index, ns: ns, clientID: c.ClientID, label: c.Label, ttl: c.TTL, openedAt: a.time}
+	if s.clientID == "" {
+		s.clientID = itoa(a.index)
+	}
+	a.st.sessions[s.id] = s
+	return Result{Status: StatusOpened, Session: s.id, ClientID: s.clientID}
+}
+
+// closeSession ends a session at its client's request. Closing a session
+// that is already gone succeeds and changes nothing.
+func (a *applier) closeSession(c *CloseSession) Result {
+	s, err := a.session(c.Session, c.Namespace)
+	if err != nil {
+		if err.Code == CodeSessionClosed {
+			return Result{Status: StatusClosed, Session: c.Session, Duplicate: true}
+		}
+		return Result{Err: err}
+	}
+	a.end(s, CauseSessionClosed)
+	return Result{Status: StatusClosed, Session: s.id}
+}
+
+func (a *applier) expireSession(c *ExpireSession) Result {
+	s := a.st.sessions[c.Session]
+	if s == nil {
+		return Result{Status: StatusClosed, Session: c.Session, Duplicate: true}
+	}
+	a.ns = s.ns
+	a.end(s, CauseSessionExpired)
+	return Result{Status: StatusClosed, Session: s.id}
+}
+
+// end is spec §2.6: abort every pending request of the session, then
+// release every lock it holds, each in creation order. The queues they
+// leave are processed once at the end instead of after each step: the locks
+// granted are the same (granting is confluent, see process), and none can go
+// to the ending session, which has no request left by then.
+func (a *applier) end(s *session, cause Cause) {
+	for r := s.liveHead; r != nil; r = r.snext {
+		if !r.held {
+			a.unqueue(r)
+			a.emit(s, Event{Kind: EventAborted, RequestID: r.id, Names: r.names, Mode: r.mode, Cause: cause})
+		}
+	}
+	for r := s.liveHead; r != nil; r = r.snext {
+		if r.held {
+			a.unhold(r)
+			a.emit(s, Event{Kind: EventLockLost, RequestID: r.id, Names: r.names, Mode: r.mode, Token: r.token, Cause: cause})
+		}
+	}
+	for r := s.liveHead; r != nil; {
+		next := r.snext
+		delete(a.st.requests, r.key())
+		r.sprev, r.snext = nil, nil
+		r = next
+	}
+	s.liveHead, s.liveTail = nil, nil
+	a.emit(s, Event{Kind: EventSessionEnded, Cause: cause})
+	a.process()
+	delete(a.st.sessions, s.id)
+	s.finished = nil
+	ns := s.ns
+	ns.sessions--
+	if ns.sessions == 0 {
+		delete(a.st.namespaces, ns.name)
+	}
+}
+
+// dur formats nanoseconds for a message.
+func dur(ns int64) string { return time.Duration(ns).String() }

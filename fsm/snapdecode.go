@@ -1,0 +1,181 @@
+package fsm
+
+import "fmt"
+
+// decodeSessions reads the sessions with their live requests. The requests
+// are linked into their namespaces afterwards, by decodeNamespaces.
+func decodeSessions(d *decoder, st *state) error {
+	n := d.count(8)
+	var prev uint64
+	for i := 0; i < n && d.err == nil; i++ {
+		s := &session{id: d.uvarint()}
+		nsName := d.str()
+		s.clientID, s.label, s.ttl, s.openedAt = d.str(), d.str(), d.varint(), d.varint()
+		s.eventSeq, s.floor = d.uvarint(), d.uvarint()
+		if d.err != nil {
+			break
+		}
+		if i > 0 && s.id <= prev {
+			return fmt.Errorf("fsm: snapshot sessions out of order at %d", s.id)
+		}
+		prev = s.id
+		ns := st.namespaces[nsName]
+		if ns == nil {
+			ns = &namespace{name: nsName, resources: make(map[string]*resource)}
+			st.namespaces[nsName] = ns
+		}
+		ns.sessions++
+		s.ns = ns
+		st.sessions[s.id] = s
+		if k := d.count(5); k > 0 {
+			s.finished = make([]outcome, k)
+			for j := range s.finished {
+				o := &s.finished[j]
+				o.id, o.status, o.cause, o.token, o.reason = d.uvarint(), Status(d.byte1()), Cause(d.byte1()), d.uvarint(), d.str()
+				if d.err == nil && j > 0 && o.id <= s.finished[j-1].id {
+					return fmt.Errorf("fsm: snapshot outcomes of session %d out of order", s.id)
+				}
+			}
+		}
+		k := d.count(10)
+		for j := 0; j < k && d.err == nil; j++ {
+			r := &request{sess: s, id: d.uvarint(), index: d.uvarint()}
+			if names := d.count(1); names > 0 {
+				r.names = make([]string, names)
+				for x := range r.names {
+					r.names[x] = d.str()
+				}
+			}
+			r.mode, r.signal, r.requestedAt = Mode(d.byte1()), d.bool1(), d.varint()
+			r.held, r.token, r.acquiredAt = d.bool1(), d.uvarint(), d.varint()
+			if d.err != nil {
+				break
+			}
+			if len(r.names) == 0 || r.id == 0 {
+				return fmt.Errorf("fsm: snapshot request %d of session %d is malformed", r.id, s.id)
+			}
+			if _, dup := st.requests[r.key()]; dup {
+				return fmt.Errorf("fsm: snapshot has request %d of session %d twice", r.id, s.id)
+			}
+			st.requests[r.key()] = r
+			s.pushLive(r)
+			if r.held {
+				s.nHeld++
+			} else {
+				s.nPending++
+			}
+		}
+	}
+	return nil
+}
+
+// decodeNamespaces reads each namespace's held set and queues and links the
+// requests into them.
+func decodeNamespaces(d *decoder, st *state) error {
+	n := d.count(2)
+	if d.err == nil && n != len(st.namespaces) {
+		return fmt.Errorf("fsm: snapshot has %d namespaces for sessions of %d", n, len(st.namespaces))
+	}
+	ref := func(ns *namespace) (*request, error) {
+		k := reqKey{d.uvarint(), d.uvarint()}
+		r := st.requests[k]
+		if d.err != nil {
+			return nil, d.err
+		}
+		if r == nil || r.sess.ns != ns {
+			return nil, fmt.Errorf("fsm: snapshot of namespace %s names request %d of session %d, which it does not have", quote(ns.name), k.id, k.session)
+		}
+		return r, nil
+	}
+	for i := 0; i < n && d.err == nil; i++ {
+		name := d.str()
+		ns := st.namespaces[name]
+		if ns == nil {
+			return fmt.Errorf("fsm: snapshot namespace %s has no session", quote(name))
+		}
+		a := applier{st: st, ns: ns}
+		for k := d.count(2); k > 0 && d.err == nil; k-- {
+			r, err := ref(ns)
+			if err != nil {
+				return err
+			}
+			if !r.held || r.hprev != nil || ns.heldHead == r {
+				return fmt.Errorf("fsm: snapshot held set of %s lists request %d of session %d wrongly", quote(name), r.id, r.sess.id)
+			}
+			ns.pushHeld(r)
+			for _, n := range r.names {
+				res := a.resource(n)
+				res.holders = append(res.holders, r)
+			}
+			ns.nHeld++
+			st.nHeld++
+		}
+		for q := d.count(2); q > 0 && d.err == nil; q-- {
+			res := a.resource(d.str())
+			if res.qhead != nil {
+				return fmt.Errorf("fsm: snapshot has the queue of %s twice", quote(res.name))
+			}
+			for k := d.count(2); k > 0 && d.err == nil; k-- {
+				r, err := ref(ns)
+				if err != nil {
+					return err
+				}
+				if err := restoreWaiter(ns, r, res); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func restoreWaiter(ns *namespace, r *request, res *resource) error {
+	if r.held {
+		return fmt.Errorf("fsm: snapshot queues held request %d of session %d", r.id, r.sess.id)
+	}
+	if r.waiters == nil {
+		if len(r.names) == 1 {
+			r.waiters = r.w1[:1]
+		} else {
+			r.waiters = make([]waiter, len(r.names))
+		}
+		ns.nPending++
+	}
+	for i, n := range r.names {
+		if n == res.name {
+			w := &r.waiters[i]
+			if w.req != nil {
+				return fmt.Errorf("fsm: snapshot queues request %d of session %d twice on %s", r.id, r.sess.id, quote(n))
+			}
+			w.req, w.res = r, res
+			ns.enqueue(w)
+			return nil
+		}
+	}
+	return fmt.Errorf("fsm: snapshot queues request %d of session %d on %s, a name it does not request", r.id, r.sess.id, quote(res.name))
+}
+
+// checkRestored verifies what the encoding alone cannot: every held request
+// is in its namespace's held set and every pending one in all its queues.
+func checkRestored(st *state) error {
+	for _, s := range st.sessions {
+		for r := s.liveHead; r != nil; r = r.snext {
+			if r.held {
+				if r.hprev == nil && s.ns.heldHead != r {
+					return fmt.Errorf("fsm: snapshot holds request %d of session %d outside the held set", r.id, s.id)
+				}
+				continue
+			}
+			for i := range r.waiters {
+				if r.waiters[i].req == nil {
+					return fmt.Errorf("fsm: snapshot request %d of session %d is missing from a queue", r.id, s.id)
+				}
+			}
+			if len(r.waiters) == 0 {
+				return fmt.Errorf("fsm: snapshot request %d of session %d is neither held nor queued", r.id, s.id)
+			}
+			st.nPending++
+		}
+	}
+	return nil
+}

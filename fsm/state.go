@@ -1,0 +1,234 @@
+package fsm
+
+// state is the whole replicated state. Only Apply and restore change it.
+type state struct {
+	lastIndex  uint64 // index of the last entry applied
+	limits     Limits
+	namespaces map[string]*namespace
+	sessions   map[uint64]*session
+	requests   map[reqKey]*request // every live (pending or held) request
+	nHeld      int
+	nPending   int
+}
+
+type reqKey struct{ session, id uint64 }
+
+func newState() *state {
+	return &state{
+		limits:     DefaultLimits(),
+		namespaces: make(map[string]*namespace),
+		sessions:   make(map[uint64]*session),
+		requests:   make(map[reqKey]*request),
+	}
+}
+
+// namespace is the spec's origin: its held lock set and its lock request
+// queue map. It exists while it has live sessions.
+type namespace struct {
+	name      string
+	resources map[string]*resource // names with a holder or a queue
+	// The held lock set in grant order: an intrusive list of requests.
+	heldHead, heldTail *request
+	// Non-empty queues in creation order.
+	queueHead, queueTail *resource
+	sessions             int64
+	nHeld, nPending      int
+}
+
+// resource is one name of a namespace: the locks that hold it and its lock
+// request queue. It exists while either is non-empty.
+type resource struct {
+	name    string
+	holders []*request // held locks naming it, in grant order
+	// The queue, an intrusive list of waiters (one per request and name).
+	qhead, qtail *waiter
+	// The namespace's list of non-empty queues.
+	qprev, qnext *resource
+	// inWork is true while the resource is on the entry's work list.
+	inWork bool
+}
+
+// waiter is the place of a request in the queue of one of its names.
+type waiter struct {
+	req        *request
+	res        *resource
+	prev, next *waiter
+}
+
+// request is a lock request, pending or held (then it is the spec's lock).
+type request struct {
+	index       uint64 // Raft index of its Request entry: unique
+	id          uint64 // client's request id, unique within the session
+	sess        *session
+	names       []string
+	mode        Mode
+	signal      bool
+	requestedAt int64
+	// While pending: one waiter per name. One-name requests use w1.
+	waiters []waiter
+	w1      [1]waiter
+	// While held.
+	held       bool
+	token      uint64
+	acquiredAt int64
+	hprev      *request // the namespace's held list
+	hnext      *request
+	// The session's live requests, in creation order.
+	sprev, snext *request
+}
+
+// session is the spec's agent.
+type session struct {
+	id       uint64
+	ns       *namespace
+	clientID string
+	label    string
+	ttl      int64
+	openedAt int64
+	eventSeq uint64
+	// Live requests in creation order.
+	liveHead, liveTail *request
+	nHeld, nPending    int64
+	// Finished outcomes for retries, sorted by request id; ids below floor
+	// have been acknowledged by the client (or forgotten) and are gone.
+	finished []outcome
+	floor    uint64
+}
+
+// outcome is how a finished request ended.
+type outcome struct {
+	id     uint64
+	status Status
+	cause  Cause
+	token  uint64
+	reason string
+}
+
+func (r *request) key() reqKey { return reqKey{r.sess.id, r.id} }
+
+func (r *request) queued() bool { return len(r.waiters) > 0 }
+
+// conflicts reports whether a held lock on res keeps a request of mode m
+// from being granted (spec §2.5 steps 8 and 9).
+func (res *resource) conflicts(m Mode) bool {
+	if len(res.holders) == 0 {
+		return false
+	}
+	return m == Exclusive || res.holders[0].mode == Exclusive
+}
+
+func (res *resource) empty() bool { return len(res.holders) == 0 && res.qhead == nil }
+
+// --- the namespace's held list -------------------------------------------
+
+func (ns *namespace) pushHeld(r *request) {
+	r.hprev, r.hnext = ns.heldTail, nil
+	if ns.heldTail != nil {
+		ns.heldTail.hnext = r
+	} else {
+		ns.heldHead = r
+	}
+	ns.heldTail = r
+}
+
+func (ns *namespace) unlinkHeld(r *request) {
+	if r.hprev != nil {
+		r.hprev.hnext = r.hnext
+	} else {
+		ns.heldHead = r.hnext
+	}
+	if r.hnext != nil {
+		r.hnext.hprev = r.hprev
+	} else {
+		ns.heldTail = r.hprev
+	}
+	r.hprev, r.hnext = nil, nil
+}
+
+// --- queues ----------------------------------------------------------------
+
+// enqueue appends w to its resource's queue; a queue that was empty is
+// created anew at the end of the namespace's queue list.
+func (ns *namespace) enqueue(w *waiter) {
+	res := w.res
+	if res.qhead == nil {
+		ns.linkQueue(res)
+	}
+	w.prev, w.next = res.qtail, nil
+	if res.qtail != nil {
+		res.qtail.next = w
+	} else {
+		res.qhead = w
+	}
+	res.qtail = w
+}
+
+// dequeue removes w from its queue; an emptied queue leaves the namespace's
+// queue list.
+func (ns *namespace) dequeue(w *waiter) {
+	res := w.res
+	if w.prev != nil {
+		w.prev.next = w.next
+	} else {
+		res.qhead = w.next
+	}
+	if w.next != nil {
+		w.next.prev = w.prev
+	} else {
+		res.qtail = w.prev
+	}
+	w.prev, w.next = nil, nil
+	if res.qhead == nil {
+		ns.unlinkQueue(res)
+	}
+}
+
+func (ns *namespace) linkQueue(res *resource) {
+	res.qprev, res.qnext = ns.queueTail, nil
+	if ns.queueTail != nil {
+		ns.queueTail.qnext = res
+	} else {
+		ns.queueHead = res
+	}
+	ns.queueTail = res
+}
+
+func (ns *namespace) unlinkQueue(res *resource) {
+	if res.qprev != nil {
+		res.qprev.qnext = res.qnext
+	} else {
+		ns.queueHead = res.qnext
+	}
+	if res.qnext != nil {
+		res.qnext.qprev = res.qprev
+	} else {
+		ns.queueTail = res.qprev
+	}
+	res.qprev, res.qnext = nil, nil
+}
+
+// --- the session's live list ----------------------------------------------
+
+func (s *session) pushLive(r *request) {
+	r.sprev, r.snext = s.liveTail, nil
+	if s.liveTail != nil {
+		s.liveTail.snext = r
+	} else {
+		s.liveHead = r
+	}
+	s.liveTail = r
+}
+
+func (s *session) unlinkLive(r *request) {
+	if r.sprev != nil {
+		r.sprev.snext = r.snext
+	} else {
+		s.liveHead = r.snext
+	}
+	if r.snext != nil {
+		r.snext.sprev = r.sprev
+	} else {
+		s.liveTail = r.sprev
+	}
+	r.sprev, r.snext = nil, nil
+}
