@@ -1,5 +1,7 @@
 package fsm
 
+import "unicode/utf8"
+
 // One small apply function per entry type. Each validates first and returns
 // an error Result before changing anything.
 
@@ -19,6 +21,8 @@ func (a *applier) apply(cmd Command) Result {
 		return a.abort(c)
 	case *SetLimits:
 		return a.setLimits(c)
+	case *SetMember:
+		return a.setMember(c)
 	case *Unknown:
 		return Result{Status: StatusIgnored}
 	case nil:
@@ -58,11 +62,14 @@ func (a *applier) request(c *Request) Result {
 	if c.RequestID < s.floor {
 		return Result{Err: errorf(CodeInvalid, "request id %d of session %d was already used: it is below the session's acknowledged floor %d", c.RequestID, s.id, s.floor)}
 	}
-	if s.nHeld >= lim.MaxHeldPerSession {
-		return Result{Err: errorf(CodeLimit, "session %d holds %d locks, the limit", s.id, s.nHeld)}
+	// Every pending request may be granted later, so held and pending
+	// together are bounded by the held limit: a session never holds more.
+	if s.nHeld+s.nPending >= lim.MaxHeldPerSession {
+		return Result{Err: errorf(CodeLimit, "session %d holds %d locks and waits for %d: the limit on held locks is %d", s.id, s.nHeld, s.nPending, lim.MaxHeldPerSession)}
 	}
-	if s.nPending >= lim.MaxPendingPerSession {
-		return Result{Err: errorf(CodeLimit, "session %d has %d pending requests, the limit", s.id, s.nPending)}
+	queue := !c.Steal && !a.grantableNew(c.Names, c.Mode)
+	if queue && !c.IfAvailable && s.nPending >= lim.MaxPendingPerSession {
+		return Result{Err: errorf(CodeLimit, "session %d has %d pending requests: the limit is %d", s.id, s.nPending, lim.MaxPendingPerSession)}
 	}
 	s.ack(c.AckBelow)
 	r := &request{index: a.index, id: c.RequestID, sess: s, names: c.Names, mode: c.Mode, signal: c.Signal, requestedAt: a.time}
@@ -72,7 +79,7 @@ func (a *applier) request(c *Request) Result {
 		a.admit(r)
 		a.grant(r)
 		a.process()
-	case a.grantableNew(r.names, r.mode): // enqueue + process grants r at once
+	case !queue: // enqueue + process would grant r at once
 		a.admit(r)
 		a.grant(r)
 	case c.IfAvailable: // step 2.5.1: not grantable, never queued
@@ -174,5 +181,28 @@ func (a *applier) setLimits(c *SetLimits) Result {
 		return Result{Err: err}
 	}
 	a.st.limits = c.Limits
+	// A lowered MaxFinished applies at once. Each session is trimmed on its
+	// own, so the map's order does not matter.
+	for _, s := range a.st.sessions {
+		s.trim(c.Limits.MaxFinished)
+	}
+	return Result{Status: StatusOK}
+}
+
+func (a *applier) setMember(c *SetMember) Result {
+	m := c.Member
+	if m.ID == "" {
+		return Result{Err: errorf(CodeInvalid, "member id is empty")}
+	}
+	for _, f := range [...]string{m.ID, m.RaftAddr, m.GRPCAddr, m.HTTPAddr} {
+		if len(f) > 1024 || !utf8.ValidString(f) {
+			return Result{Err: errorf(CodeInvalid, "member %s has a malformed field %s", quote(m.ID), quote(f))}
+		}
+	}
+	if c.Remove {
+		delete(a.st.members, m.ID)
+	} else {
+		a.st.members[m.ID] = m
+	}
 	return Result{Status: StatusOK}
 }

@@ -13,12 +13,13 @@ const (
 	TypeRelease       EntryType = 5
 	TypeAbort         EntryType = 6
 	TypeSetLimits     EntryType = 7
+	TypeSetMember     EntryType = 8
 )
 
 var typeNames = map[EntryType]string{
 	TypeOpenSession: "OpenSession", TypeCloseSession: "CloseSession",
 	TypeExpireSession: "ExpireSession", TypeRequest: "Request", TypeRelease: "Release",
-	TypeAbort: "Abort", TypeSetLimits: "SetLimits",
+	TypeAbort: "Abort", TypeSetLimits: "SetLimits", TypeSetMember: "SetMember",
 }
 
 func (t EntryType) String() string {
@@ -122,6 +123,23 @@ func (Request) Type() EntryType       { return TypeRequest }
 func (Release) Type() EntryType       { return TypeRelease }
 func (Abort) Type() EntryType         { return TypeAbort }
 func (SetLimits) Type() EntryType     { return TypeSetLimits }
+func (SetMember) Type() EntryType     { return TypeSetMember }
+
+// SetMember records where a cluster member serves clients, so that every
+// node can forward writes to the leader's API; Remove deletes the record.
+// The member directory is replicated beside the locks but never touches them.
+type SetMember struct {
+	Member Member
+	Remove bool
+}
+
+// Member is one record of the member directory.
+type Member struct {
+	ID       string // the Raft server id
+	RaftAddr string
+	GRPCAddr string
+	HTTPAddr string
+}
 
 func itoa(v uint64) string {
 	var b [20]byte

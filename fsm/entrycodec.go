@@ -106,6 +106,8 @@ func newCmd(t EntryType) Command {
 		return &Abort{}
 	case TypeSetLimits:
 		return &SetLimits{}
+	case TypeSetMember:
+		return &SetMember{}
 	}
 	return nil
 }
@@ -163,6 +165,9 @@ func encodeCmd(en *encoder, cmd Command) error {
 		en.uvarint(c.AckBelow)
 	case *SetLimits:
 		encodeLimits(en, &c.Limits)
+	case *SetMember:
+		encodeMember(en, &c.Member)
+		en.bool1(c.Remove)
 	default:
 		return fmt.Errorf("fsm: cannot encode command %T", cmd)
 	}
@@ -197,6 +202,9 @@ func decodeCmd(d *decoder, cmd Command) {
 		c.Session, c.Namespace, c.RequestID, c.Reason, c.AckBelow = d.uvarint(), d.str(), d.uvarint(), d.str(), d.uvarint()
 	case *SetLimits:
 		decodeLimits(d, &c.Limits)
+	case *SetMember:
+		decodeMember(d, &c.Member)
+		c.Remove = d.bool1()
 	}
 }
 
@@ -222,4 +230,15 @@ func decodeLimits(d *decoder, l *Limits) {
 	for _, p := range f {
 		*p = d.varint()
 	}
+}
+
+func encodeMember(en *encoder, m *Member) {
+	en.str(m.ID)
+	en.str(m.RaftAddr)
+	en.str(m.GRPCAddr)
+	en.str(m.HTTPAddr)
+}
+
+func decodeMember(d *decoder, m *Member) {
+	m.ID, m.RaftAddr, m.GRPCAddr, m.HTTPAddr = d.str(), d.str(), d.str(), d.str()
 }

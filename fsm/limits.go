@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"strconv"
 	"strings"
 	"unicode/utf8"
 )
@@ -82,12 +83,8 @@ func quote(s string) string {
 	return strq(s)
 }
 
-func strq(s string) string {
-	if utf8.ValidString(s) {
-		return "\"" + strings.ReplaceAll(s, "\"", "\\\"") + "\""
-	}
-	return "(invalid UTF-8)"
-}
+// strq quotes s as Go does, so invalid UTF-8 shows as \xff escapes.
+func strq(s string) string { return strconv.Quote(s) }
 
 // checkNamespace validates a namespace name carried by an entry.
 func (l *Limits) checkNamespace(ns string) *Error {
@@ -137,8 +134,10 @@ func (l *Limits) checkRequest(r *Request) *Error {
 		return errorf(CodeNotSupported, "steal and ifAvailable cannot both be set")
 	case r.Steal && r.Mode != Exclusive: // step 7
 		return errorf(CodeNotSupported, "steal needs mode exclusive, not %s", r.Mode)
-	case r.Signal && (r.Steal || r.IfAvailable): // step 8
-		return errorf(CodeNotSupported, "an abort signal cannot be combined with steal or ifAvailable")
+	case r.Signal && r.Steal: // step 8
+		return errorf(CodeNotSupported, "an abort signal cannot be combined with steal")
+	case r.Signal && r.IfAvailable: // step 8
+		return errorf(CodeNotSupported, "an abort signal cannot be combined with ifAvailable")
 	}
 	return nil
 }

@@ -88,3 +88,15 @@ func (m *Machine) SessionRequests(id uint64) (reqs []RequestState, eventSeq uint
 	}
 	return reqs, s.eventSeq, true
 }
+
+// Members returns the member directory sorted by id.
+func (m *Machine) Members() []Member {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	out := make([]Member, 0, len(m.st.members))
+	for _, mb := range m.st.members {
+		out = append(out, mb)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}

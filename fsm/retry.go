@@ -22,10 +22,17 @@ func (s *session) remember(max int64, o outcome) {
 	s.finished = append(s.finished, outcome{})
 	copy(s.finished[i+1:], s.finished[i:])
 	s.finished[i] = o
-	if int64(len(s.finished)) > max {
-		s.floor = s.finished[0].id + 1
-		s.finished[0] = outcome{}
-		s.finished = s.finished[1:]
+	s.trim(max)
+}
+
+// trim forgets the oldest outcomes beyond max.
+func (s *session) trim(max int64) {
+	if over := int64(len(s.finished)) - max; over > 0 {
+		// Over the limit (which may just have been lowered): forget the
+		// oldest outcomes and raise the floor past them.
+		s.floor = s.finished[over-1].id + 1
+		clear(s.finished[:over])
+		s.finished = s.finished[over:]
 	}
 }
 

@@ -71,6 +71,10 @@ func (a *applier) expireSession(c *ExpireSession) Result {
 // granted are the same (granting is confluent, see process), and none can go
 // to the ending session, which has no request left by then.
 func (a *applier) end(s *session, cause Cause) {
+	// Every request of s makes one event, and each may let one waiter in.
+	if need := 2*int(s.nHeld+s.nPending) + 1; cap(a.out)-len(a.out) < need {
+		a.out = append(make([]Event, 0, len(a.out)+need), a.out...)
+	}
 	for r := s.liveHead; r != nil; r = r.snext {
 		if !r.held {
 			a.unqueue(r)

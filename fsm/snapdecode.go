@@ -93,6 +93,7 @@ func decodeNamespaces(d *decoder, st *state) error {
 		if ns == nil {
 			return fmt.Errorf("fsm: snapshot namespace %s has no session", quote(name))
 		}
+		ns.resources = make(map[string]*resource, d.count(2))
 		a := applier{st: st, ns: ns}
 		for k := d.count(2); k > 0 && d.err == nil; k-- {
 			r, err := ref(ns)

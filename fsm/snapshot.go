@@ -13,12 +13,12 @@ import (
 // The snapshot format, version 1 (every count and number a varint):
 //
 //	"LCKSNAP\x00" version
-//	last index, limits
+//	last index, limits, member directory by id, number of live requests
 //	sessions by id: id namespace client-id label ttl opened-at event-seq
 //	    floor, finished outcomes (id status cause token reason),
 //	    live requests in creation order (id index names mode signal
 //	    requested-at held token acquired-at)
-//	namespaces by name: the held set in grant order and the queues in
+//	namespaces by name: the number of names in use, the held set in grant order and the queues in
 //	    creation order, each a list of (session, request id)
 //	CRC-32C of all of the above, 4 bytes little endian
 //
@@ -69,14 +69,25 @@ func encodeState(st *state) []byte {
 	en.uvarint(snapVersion)
 	en.uvarint(st.lastIndex)
 	encodeLimits(&en, &st.limits)
-
-	ids := make([]uint64, 0, len(st.sessions))
-	for id := range st.sessions {
+	ids := make([]string, 0, len(st.members))
+	for id := range st.members {
 		ids = append(ids, id)
 	}
-	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	sort.Strings(ids)
 	en.uvarint(uint64(len(ids)))
 	for _, id := range ids {
+		m := st.members[id]
+		encodeMember(&en, &m)
+	}
+	en.uvarint(uint64(len(st.requests))) // lets restore size its maps once
+
+	sids := make([]uint64, 0, len(st.sessions))
+	for id := range st.sessions {
+		sids = append(sids, id)
+	}
+	sort.Slice(sids, func(i, j int) bool { return sids[i] < sids[j] })
+	en.uvarint(uint64(len(sids)))
+	for _, id := range sids {
 		s := st.sessions[id]
 		en.uvarint(s.id)
 		en.str(s.ns.name)
@@ -120,6 +131,7 @@ func encodeState(st *state) []byte {
 	for _, n := range names {
 		ns := st.namespaces[n]
 		en.str(ns.name)
+		en.uvarint(uint64(len(ns.resources)))
 		en.uvarint(uint64(ns.nHeld))
 		for r := ns.heldHead; r != nil; r = r.hnext {
 			en.uvarint(r.sess.id)
@@ -161,6 +173,12 @@ func decodeState(b []byte) (*state, error) {
 	st := newState()
 	st.lastIndex = d.uvarint()
 	decodeLimits(d, &st.limits)
+	for n := d.count(4); n > 0 && d.err == nil; n-- {
+		var m Member
+		decodeMember(d, &m)
+		st.members[m.ID] = m
+	}
+	st.requests = make(map[reqKey]*request, d.count(10))
 	if err := decodeSessions(d, st); err != nil {
 		return nil, err
 	}

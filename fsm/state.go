@@ -4,6 +4,7 @@ package fsm
 type state struct {
 	lastIndex  uint64 // index of the last entry applied
 	limits     Limits
+	members    map[string]Member // the member directory, by id
 	namespaces map[string]*namespace
 	sessions   map[uint64]*session
 	requests   map[reqKey]*request // every live (pending or held) request
@@ -16,6 +17,7 @@ type reqKey struct{ session, id uint64 }
 func newState() *state {
 	return &state{
 		limits:     DefaultLimits(),
+		members:    make(map[string]Member),
 		namespaces: make(map[string]*namespace),
 		sessions:   make(map[uint64]*session),
 		requests:   make(map[reqKey]*request),

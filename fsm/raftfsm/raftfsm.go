@@ -1,0 +1,110 @@
+// Package raftfsm adapts the lock manager (package fsm) to
+// github.com/hashicorp/raft: it implements raft.FSM and raft.BatchingFSM,
+// decodes log entries, hands every applied entry's events to a sink, and
+// streams snapshots. It holds no lock logic of its own.
+package raftfsm
+
+import (
+	"fmt"
+	"io"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+
+	"github.com/lockcluster/lockcluster/fsm"
+)
+
+// FSM is the raft.BatchingFSM of one replica.
+type FSM struct {
+	m      *fsm.Machine
+	sink   func(index uint64, ap fsm.Applied)
+	fatal  func(index uint64, err error)
+	logger hclog.Logger
+}
+
+// Option configures an FSM.
+type Option func(*FSM)
+
+// WithSink sets the function called, on raft's FSM goroutine, with every
+// applied entry's result and events, in log order. It must not block for
+// long: it delays every later entry.
+func WithSink(f func(index uint64, ap fsm.Applied)) Option { return func(a *FSM) { a.sink = f } }
+
+// WithFatal sets what happens when a committed entry cannot be decoded. The
+// default logs the error and panics: a replica that skipped an entry would
+// silently diverge from the others, so it must stop.
+func WithFatal(f func(index uint64, err error)) Option { return func(a *FSM) { a.fatal = f } }
+
+// WithLogger sets the logger.
+func WithLogger(l hclog.Logger) Option { return func(a *FSM) { a.logger = l } }
+
+// New adapts m.
+func New(m *fsm.Machine, opts ...Option) *FSM {
+	a := &FSM{m: m, logger: hclog.NewNullLogger()}
+	for _, o := range opts {
+		o(a)
+	}
+	if a.fatal == nil {
+		a.fatal = func(index uint64, err error) {
+			a.logger.Error("cannot apply a committed raft entry; stopping this node so its state cannot diverge", "index", index, "error", err)
+			panic(fmt.Sprintf("lockcluster: raft entry %d cannot be applied: %v", index, err))
+		}
+	}
+	return a
+}
+
+// Machine returns the adapted lock manager.
+func (a *FSM) Machine() *fsm.Machine { return a.m }
+
+// Apply applies one command entry. Its response (an fsm.Applied) reaches the
+// proposer as the ApplyFuture's Response.
+func (a *FSM) Apply(l *raft.Log) interface{} {
+	if l.Type != raft.LogCommand {
+		return nil
+	}
+	ap, err := a.m.ApplyBytes(l.Index, l.Data)
+	if err != nil {
+		a.fatal(l.Index, err)
+		return nil
+	}
+	if a.sink != nil {
+		a.sink(l.Index, ap)
+	}
+	return ap
+}
+
+// ApplyBatch applies committed entries in order (raft.BatchingFSM).
+func (a *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
+	out := make([]interface{}, len(logs))
+	for i, l := range logs {
+		out[i] = a.Apply(l)
+	}
+	return out
+}
+
+// Snapshot encodes the state now, on raft's FSM goroutine (no entry is
+// applied meanwhile); Persist writes the bytes while entries go on.
+func (a *FSM) Snapshot() (raft.FSMSnapshot, error) {
+	return snapshot(a.m.Snapshot()), nil
+}
+
+// Restore replaces the state with a snapshot's; on error the old state is
+// kept and raft reports the error.
+func (a *FSM) Restore(rc io.ReadCloser) error {
+	defer rc.Close()
+	return a.m.Restore(rc)
+}
+
+type snapshot []byte
+
+func (s snapshot) Persist(sink raft.SnapshotSink) error {
+	if _, err := sink.Write(s); err != nil {
+		sink.Cancel()
+		return fmt.Errorf("writing snapshot: %w", err)
+	}
+	return sink.Close()
+}
+
+func (s snapshot) Release() {}
+
+var _ raft.BatchingFSM = (*FSM)(nil)

@@ -1,0 +1,94 @@
+package raftfsm
+
+import (
+	"bytes"
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/lockcluster/lockcluster/fsm"
+)
+
+func entry(t *testing.T, c fsm.Command) []byte {
+	t.Helper()
+	b, err := fsm.EncodeEntry(fsm.Entry{Time: 7, Cmd: c})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+type memSink struct {
+	bytes.Buffer
+	cancelled, closed bool
+}
+
+func (s *memSink) ID() string    { return "mem" }
+func (s *memSink) Cancel() error { s.cancelled = true; return nil }
+func (s *memSink) Close() error  { s.closed = true; return nil }
+
+func TestApplyBatchSinkAndSnapshot(t *testing.T) {
+	var seen []uint64
+	a := New(fsm.New(), WithSink(func(i uint64, ap fsm.Applied) { seen = append(seen, i) }))
+	logs := []*raft.Log{
+		{Index: 1, Type: raft.LogCommand, Data: entry(t, &fsm.OpenSession{Namespace: "default", TTL: 10e9})},
+		{Index: 2, Type: raft.LogConfiguration},
+		{Index: 3, Type: raft.LogCommand, Data: entry(t, &fsm.Request{Session: 1, Namespace: "default", RequestID: 1, Names: []string{"a"}})},
+	}
+	out := a.ApplyBatch(logs)
+	if len(out) != 3 || out[1] != nil {
+		t.Fatalf("responses %v", out)
+	}
+	ap := out[2].(fsm.Applied)
+	if ap.Result.Status != fsm.StatusGranted || ap.Result.Token != 3 || len(ap.Events) != 1 {
+		t.Fatalf("request: %+v", ap)
+	}
+	if len(seen) != 2 || seen[0] != 1 || seen[1] != 3 {
+		t.Fatalf("sink saw %v", seen)
+	}
+
+	snap, err := a.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sink memSink
+	if err := snap.Persist(&sink); err != nil || !sink.closed {
+		t.Fatalf("persist: %v closed=%v", err, sink.closed)
+	}
+	b := New(fsm.New())
+	if err := b.Restore(io.NopCloser(bytes.NewReader(sink.Bytes()))); err != nil {
+		t.Fatal(err)
+	}
+	if a.Machine().Digest() != b.Machine().Digest() {
+		t.Fatal("restored digest differs")
+	}
+}
+
+func TestCorruptEntryStopsTheNode(t *testing.T) {
+	var got error
+	a := New(fsm.New(), WithFatal(func(i uint64, err error) { got = err }))
+	a.Apply(&raft.Log{Index: 1, Type: raft.LogCommand, Data: []byte{1, 99, 0, 0}})
+	if got == nil || !strings.Contains(got.Error(), "unknown") {
+		t.Fatalf("fatal got %v", got)
+	}
+	defer func() {
+		if r := recover(); r == nil || !strings.Contains(r.(string), "raft entry 2 cannot be applied") {
+			t.Fatalf("default fatal: recovered %v", r)
+		}
+	}()
+	New(fsm.New()).Apply(&raft.Log{Index: 2, Type: raft.LogCommand, Data: []byte("garbage")})
+}
+
+func TestRestoreErrorKeepsState(t *testing.T) {
+	a := New(fsm.New())
+	a.Apply(&raft.Log{Index: 1, Type: raft.LogCommand, Data: entry(t, &fsm.OpenSession{Namespace: "default", TTL: 10e9})})
+	before := a.Machine().Digest()
+	if err := a.Restore(io.NopCloser(strings.NewReader("not a snapshot"))); err == nil {
+		t.Fatal("restore of garbage succeeded")
+	}
+	if a.Machine().Digest() != before {
+		t.Fatal("failed restore changed the state")
+	}
+}

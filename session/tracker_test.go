@@ -1,0 +1,177 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *fakeClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+func newTracker(clock *fakeClock) *Tracker {
+	return New(Config{Tick: 10 * time.Millisecond, Now: clock.Now, Expirer: &recorder{}})
+}
+
+func TestDeadlinesFollowHeartbeats(t *testing.T) {
+	clock := &fakeClock{t: time.Unix(1000, 0)}
+	tr := newTracker(clock)
+	tr.Lead([]Info{{ID: 1, TTL: time.Second}, {ID: 2, TTL: 2 * time.Second}})
+
+	clock.Advance(999 * time.Millisecond)
+	if due := tr.Due(clock.Now()); len(due) != 0 {
+		t.Fatalf("due before any TTL passed: %v", due)
+	}
+	if unknown, ok := tr.Touch(1); !ok || len(unknown) != 0 {
+		t.Fatalf("touch: unknown=%v ok=%v", unknown, ok)
+	}
+	clock.Advance(2 * time.Millisecond) // session 1 was renewed at 999ms
+	if due := tr.Due(clock.Now()); len(due) != 0 {
+		t.Fatalf("renewed session expired: %v", due)
+	}
+	clock.Advance(time.Second)
+	if due := tr.Due(clock.Now()); !slices.Equal(due, []uint64{1, 2}) && !slices.Equal(due, []uint64{2, 1}) {
+		t.Fatalf("due after both deadlines: %v", due)
+	}
+	// An expiring session is not revived by a late heartbeat, and not
+	// reported twice.
+	tr.Touch(1)
+	clock.Advance(5 * time.Second)
+	if due := tr.Due(clock.Now()); len(due) != 0 {
+		t.Fatalf("due twice: %v", due)
+	}
+	tr.Ended(1)
+	if unknown, _ := tr.Touch(1); !slices.Equal(unknown, []uint64{1}) {
+		t.Fatalf("ended session is known: %v", unknown)
+	}
+}
+
+func TestOpenedArmsAndFollowStops(t *testing.T) {
+	clock := &fakeClock{t: time.Unix(1000, 0)}
+	tr := newTracker(clock)
+	tr.Opened(7, time.Second) // not leading: ignored
+	if _, ok := tr.Touch(7); ok {
+		t.Fatal("touch accepted by a follower")
+	}
+	tr.Lead(nil)
+	tr.Opened(7, time.Second)
+	clock.Advance(2 * time.Second)
+	if due := tr.Due(clock.Now()); !slices.Equal(due, []uint64{7}) {
+		t.Fatalf("due %v", due)
+	}
+	tr.Follow()
+	if tr.Leading() {
+		t.Fatal("still leading")
+	}
+	clock.Advance(time.Hour)
+	if due := tr.Due(clock.Now()); len(due) != 0 {
+		t.Fatalf("follower expires: %v", due)
+	}
+}
+
+// A new leader gives every session a full TTL from when it took over, so a
+// session whose last heartbeat reached the old leader long ago survives.
+func TestLeadRearmsWithFullTTL(t *testing.T) {
+	clock := &fakeClock{t: time.Unix(1000, 0)}
+	tr := newTracker(clock)
+	tr.Lead([]Info{{ID: 1, TTL: time.Second}})
+	clock.Advance(900 * time.Millisecond)
+	tr.Follow()
+	clock.Advance(900 * time.Millisecond) // the election
+	tr.Lead([]Info{{ID: 1, TTL: time.Second}})
+	clock.Advance(990 * time.Millisecond)
+	if due := tr.Due(clock.Now()); len(due) != 0 {
+		t.Fatalf("expired within a TTL of the new term: %v", due)
+	}
+	clock.Advance(20 * time.Millisecond)
+	if due := tr.Due(clock.Now()); !slices.Equal(due, []uint64{1}) {
+		t.Fatalf("due %v", due)
+	}
+}
+
+type recorder struct {
+	mu    sync.Mutex
+	calls []uint64
+	fail  int // fail this many calls first
+}
+
+func (r *recorder) Expire(ctx context.Context, id uint64) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.calls = append(r.calls, id)
+	if r.fail > 0 {
+		r.fail--
+		return errors.New("not applied")
+	}
+	return nil
+}
+
+func (r *recorder) seen() []uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.calls)
+}
+
+func waitFor(t *testing.T, d time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met in time")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestRunProposesExpiryAndRetries(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	rec := &recorder{fail: 2}
+	tr := New(Config{Tick: 5 * time.Millisecond, Expirer: rec})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { tr.Run(ctx); close(done) }()
+	tr.Lead([]Info{{ID: 3, TTL: 50 * time.Millisecond}, {ID: 4, TTL: time.Hour}})
+	waitFor(t, 5*time.Second, func() bool { return len(rec.seen()) >= 3 })
+	if calls := rec.seen(); !slices.Equal(calls, []uint64{3, 3, 3}) {
+		t.Fatalf("expiry calls %v: want session 3 tried until it succeeded", calls)
+	}
+	if unknown, _ := tr.Touch(3); !slices.Equal(unknown, []uint64{3}) {
+		t.Fatal("expired session still tracked")
+	}
+	cancel()
+	<-done
+	if tr.Leading() {
+		t.Fatal("Run ended but the tracker still leads")
+	}
+}
+
+// Losing leadership stops an expiry that keeps failing.
+func TestFollowStopsRetries(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	rec := &recorder{fail: 1 << 30}
+	tr := New(Config{Tick: 5 * time.Millisecond, Expirer: rec})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { tr.Run(ctx); close(done) }()
+	tr.Lead([]Info{{ID: 9, TTL: 20 * time.Millisecond}})
+	waitFor(t, 5*time.Second, func() bool { return len(rec.seen()) >= 2 })
+	tr.Follow()
+	// Run stops, and goleak (deferred) checks that the retrying expiry
+	// goroutine ended with the term.
+	cancel()
+	<-done
+}
