@@ -140,11 +140,8 @@ func (a *applier) release(c *Release) Result {
 // arrive later, is answered aborted and never queued.
 func (a *applier) abort(c *Abort) Result {
 	lim := &a.st.limits
-	if c.RequestID == 0 {
-		return Result{Err: errorf(CodeInvalid, "request id 0 is not allowed")}
-	}
-	if int64(len(c.Reason)) > lim.MaxReasonBytes {
-		return Result{Err: errorf(CodeLimit, "abort reason is %d bytes, over the limit of %d", len(c.Reason), lim.MaxReasonBytes)}
+	if err := lim.checkAbort(c); err != nil {
+		return Result{Err: err}
 	}
 	s, err := a.session(c.Session, c.Namespace)
 	if err != nil {

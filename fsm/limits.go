@@ -165,3 +165,58 @@ func duplicateName(names []string) (string, bool) {
 	}
 	return "", false
 }
+
+func (l *Limits) checkOpen(c *OpenSession) *Error {
+	if err := l.checkNamespace(c.Namespace); err != nil {
+		return err
+	}
+	for _, f := range [...]struct{ what, v string }{{"label", c.Label}, {"client id", c.ClientID}} {
+		if !utf8.ValidString(f.v) {
+			return errorf(CodeInvalid, "session %s %s is not valid UTF-8", f.what, quote(f.v))
+		}
+		if int64(len(f.v)) > l.MaxLabelBytes {
+			return errorf(CodeLimit, "session %s is %d bytes, over the limit of %d", f.what, len(f.v), l.MaxLabelBytes)
+		}
+	}
+	if c.TTL < l.MinTTL || c.TTL > l.MaxTTL {
+		return errorf(CodeInvalid, "session TTL %s is outside [%s, %s]", dur(c.TTL), dur(l.MinTTL), dur(l.MaxTTL))
+	}
+	return nil
+}
+
+// Check runs the checks of cmd that need no state (SPEC §2, §3.2.1, §9)
+// under the limits l, so that the API can refuse bad input before it
+// reaches the log. Apply runs them again, against the replicated limits.
+func (l Limits) Check(cmd Command) error {
+	var err *Error
+	switch c := cmd.(type) {
+	case *OpenSession:
+		err = l.checkOpen(c)
+	case *CloseSession:
+		err = l.checkNamespace(c.Namespace)
+	case *Request:
+		if err = l.checkNamespace(c.Namespace); err == nil {
+			err = l.checkRequest(c)
+		}
+	case *Release:
+		err = l.checkNamespace(c.Namespace)
+	case *Abort:
+		if err = l.checkNamespace(c.Namespace); err == nil {
+			err = l.checkAbort(c)
+		}
+	}
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+func (l *Limits) checkAbort(c *Abort) *Error {
+	if c.RequestID == 0 {
+		return errorf(CodeInvalid, "request id 0 is not allowed")
+	}
+	if int64(len(c.Reason)) > l.MaxReasonBytes {
+		return errorf(CodeLimit, "abort reason is %d bytes, over the limit of %d", len(c.Reason), l.MaxReasonBytes)
+	}
+	return nil
+}

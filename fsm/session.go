@@ -1,28 +1,14 @@
 package fsm
 
-import (
-	"time"
-	"unicode/utf8"
-)
+import "time"
 
 // Sessions are the spec's agents (SPEC §4). The leader decides when one
 // expires; here an ExpireSession or CloseSession entry runs spec §2.6.
 
 func (a *applier) openSession(c *OpenSession) Result {
 	lim := &a.st.limits
-	if err := lim.checkNamespace(c.Namespace); err != nil {
+	if err := lim.checkOpen(c); err != nil {
 		return Result{Err: err}
-	}
-	for _, f := range [...]struct{ what, v string }{{"label", c.Label}, {"client id", c.ClientID}} {
-		if !utf8.ValidString(f.v) {
-			return Result{Err: errorf(CodeInvalid, "session %s %s is not valid UTF-8", f.what, quote(f.v))}
-		}
-		if int64(len(f.v)) > lim.MaxLabelBytes {
-			return Result{Err: errorf(CodeLimit, "session %s is %d bytes, over the limit of %d", f.what, len(f.v), lim.MaxLabelBytes)}
-		}
-	}
-	if c.TTL < lim.MinTTL || c.TTL > lim.MaxTTL {
-		return Result{Err: errorf(CodeInvalid, "session TTL %s is outside [%s, %s]", dur(c.TTL), dur(lim.MinTTL), dur(lim.MaxTTL))}
 	}
 	ns := a.st.namespaces[c.Namespace]
 	if ns != nil && lim.MaxSessionsPerNamespace > 0 && ns.sessions >= lim.MaxSessionsPerNamespace {

@@ -1,0 +1,117 @@
+package server
+
+import (
+	"context"
+	"strconv"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/lockcluster/lockcluster/api/lockclusterv1"
+	"github.com/lockcluster/lockcluster/fsm"
+)
+
+// Version is reported by Status; the build may set it.
+var Version = "dev"
+
+func (s *Server) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.StatusResponse, error) {
+	node := s.node.Load()
+	if node == nil {
+		return nil, status.Error(codes.Unavailable, "node is starting")
+	}
+	st := node.Stats()
+	u := func(k string) uint64 { v, _ := strconv.ParseUint(st[k], 10, 64); return v }
+	leaderID, _ := node.Leader()
+	fs := s.m.Stats()
+	return &pb.StatusResponse{
+		NodeId: s.cfg.Self.ID, State: node.State(), LeaderId: leaderID, LeaderAddr: s.grpcAddrOf(leaderID),
+		Term: u("term"), CommitIndex: u("commit_index"), AppliedIndex: node.AppliedIndex(), LastIndex: node.LastIndex(),
+		Sessions: uint64(fs.Sessions), Held: uint64(fs.Held), Pending: uint64(fs.Pending), Namespaces: uint64(fs.Namespaces),
+		Version: Version,
+	}, nil
+}
+
+func (s *Server) grpcAddrOf(id string) string {
+	for _, m := range s.m.Members() {
+		if m.ID == id {
+			return m.GRPCAddr
+		}
+	}
+	return ""
+}
+
+func (s *Server) Members(ctx context.Context, _ *pb.MembersRequest) (*pb.MembersResponse, error) {
+	node := s.node.Load()
+	if node == nil {
+		return nil, status.Error(codes.Unavailable, "node is starting")
+	}
+	ms, err := node.Members()
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	dir := map[string]fsm.Member{}
+	for _, m := range s.m.Members() {
+		dir[m.ID] = m
+	}
+	out := &pb.MembersResponse{}
+	for _, m := range ms {
+		d := dir[m.ID]
+		out.Members = append(out.Members, &pb.Member{Id: m.ID, RaftAddr: m.Addr, GrpcAddr: d.GRPCAddr, HttpAddr: d.HTTPAddr, Suffrage: m.Suffrage, Leader: m.Leader})
+	}
+	return out, nil
+}
+
+func (s *Server) Join(ctx context.Context, req *pb.JoinRequest) (*pb.JoinResponse, error) {
+	if req.Id == "" || req.RaftAddr == "" {
+		return nil, invalid("join needs a node id and its raft address")
+	}
+	resp, err := s.join(ctx, req)
+	if err != nil {
+		return forward(s, ctx, err, func(ctx context.Context, cc *grpc.ClientConn) (*pb.JoinResponse, error) {
+			return pb.NewClusterClient(cc).Join(ctx, req)
+		})
+	}
+	return resp, nil
+}
+
+// join adds the voter and records it in the member directory, on the leader.
+func (s *Server) join(ctx context.Context, req *pb.JoinRequest) (*pb.JoinResponse, error) {
+	node := s.node.Load()
+	if err := node.Join(ctx, req.Id, req.RaftAddr); err != nil {
+		return nil, err
+	}
+	m := fsm.Member{ID: req.Id, RaftAddr: req.RaftAddr, GRPCAddr: req.GrpcAddr, HTTPAddr: req.HttpAddr}
+	if err := s.setMember(ctx, m, false); err != nil {
+		return nil, err
+	}
+	s.log.Info("member joined", "id", req.Id, "raft", req.RaftAddr, "grpc", req.GrpcAddr)
+	return &pb.JoinResponse{}, nil
+}
+
+func (s *Server) Leave(ctx context.Context, req *pb.LeaveRequest) (*pb.LeaveResponse, error) {
+	if req.Id == "" {
+		return nil, invalid("leave needs a node id")
+	}
+	err := s.node.Load().Leave(ctx, req.Id)
+	if err == nil {
+		err = s.setMember(ctx, fsm.Member{ID: req.Id}, true)
+	}
+	if err != nil {
+		return forward(s, ctx, err, func(ctx context.Context, cc *grpc.ClientConn) (*pb.LeaveResponse, error) {
+			return pb.NewClusterClient(cc).Leave(ctx, req)
+		})
+	}
+	s.log.Info("member removed", "id", req.Id)
+	return &pb.LeaveResponse{}, nil
+}
+
+// Touch renews the deadlines of sessions whose heartbeats reached a
+// follower. Only the leader answers.
+func (s *Server) Touch(ctx context.Context, req *pb.TouchRequest) (*pb.TouchResponse, error) {
+	unknown, ok := s.tracker.Touch(req.SessionIds...)
+	if !ok {
+		return nil, toStatus(s.notLeader())
+	}
+	return &pb.TouchResponse{Unknown: unknown}, nil
+}

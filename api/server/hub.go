@@ -1,0 +1,110 @@
+package server
+
+import (
+	"context"
+	"sync"
+
+	pb "github.com/lockcluster/lockcluster/api/lockclusterv1"
+	"github.com/lockcluster/lockcluster/fsm"
+)
+
+// hub fans the events of applied entries out to the session streams
+// attached to this node, and lets callers wait until an index is applied.
+// publish runs on raft's FSM goroutine and never blocks: a stream that
+// does not keep up is cut off (its client reconnects and resynchronises).
+type hub struct {
+	mu      sync.Mutex
+	applied uint64
+	wake    chan struct{} // closed when applied moves, if anyone waits
+	subs    map[uint64]map[*sub]struct{}
+	// last reports the machine's own last index, which a restored snapshot
+	// moves without any entry being published.
+	last func() uint64
+}
+
+type sub struct {
+	session uint64
+	after   uint64 // events up to this seq are covered by the sync
+	ch      chan *pb.Event
+	gone    chan struct{} // closed when the hub cut the stream off
+}
+
+// subBuffer is how many events a stream may fall behind before it is cut.
+const subBuffer = 4096
+
+func newHub(last func() uint64) *hub {
+	return &hub{wake: make(chan struct{}), subs: make(map[uint64]map[*sub]struct{}), last: last}
+}
+
+func (h *hub) publish(index uint64, ap fsm.Applied) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, e := range ap.Events {
+		for s := range h.subs[e.Session] {
+			if e.Seq <= s.after {
+				continue
+			}
+			select {
+			case s.ch <- eventToPB(index, e):
+			default:
+				h.dropLocked(s)
+				close(s.gone)
+			}
+		}
+	}
+	if index > h.applied {
+		h.applied = index
+		close(h.wake)
+		h.wake = make(chan struct{})
+	}
+}
+
+// subscribe attaches a stream to a session. sync runs under the hub's lock,
+// so that no event falls between the state it reads and the first event
+// the stream receives; it returns the session's event seq at that state.
+func (h *hub) subscribe(session uint64, sync func() (seq uint64, err error)) (*sub, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	seq, err := sync()
+	if err != nil {
+		return nil, err
+	}
+	s := &sub{session: session, after: seq, ch: make(chan *pb.Event, subBuffer), gone: make(chan struct{})}
+	if h.subs[session] == nil {
+		h.subs[session] = make(map[*sub]struct{})
+	}
+	h.subs[session][s] = struct{}{}
+	return s, nil
+}
+
+func (h *hub) unsubscribe(s *sub) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.dropLocked(s)
+}
+
+func (h *hub) dropLocked(s *sub) {
+	if m := h.subs[s.session]; m != nil {
+		delete(m, s)
+		if len(m) == 0 {
+			delete(h.subs, s.session)
+		}
+	}
+}
+
+// waitApplied returns once an entry at index or later has been applied here.
+func (h *hub) waitApplied(ctx context.Context, index uint64) error {
+	for {
+		h.mu.Lock()
+		done, wake := h.applied >= index || h.last() >= index, h.wake
+		h.mu.Unlock()
+		if done {
+			return nil
+		}
+		select {
+		case <-wake:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}

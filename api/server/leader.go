@@ -1,0 +1,119 @@
+package server
+
+import (
+	"context"
+	"time"
+
+	pb "github.com/lockcluster/lockcluster/api/lockclusterv1"
+	"github.com/lockcluster/lockcluster/fsm"
+	"github.com/lockcluster/lockcluster/session"
+)
+
+// followLeadership starts leader-only work when this node gains leadership
+// and stops it when it loses it.
+func (s *Server) followLeadership(ctx context.Context) {
+	ch, unsubscribe := s.node.Load().SubscribeLeadership()
+	defer unsubscribe()
+	var stopTerm context.CancelFunc = func() {}
+	defer func() { stopTerm() }()
+	for {
+		var leader, open bool
+		select {
+		case <-ctx.Done():
+			return
+		case leader, open = <-ch:
+		}
+		stopTerm()
+		s.tracker.Follow()
+		if !open {
+			return
+		}
+		if leader {
+			termCtx, cancel := context.WithCancel(ctx)
+			stopTerm = cancel
+			go s.lead(termCtx)
+		} else {
+			stopTerm = func() {}
+		}
+	}
+}
+
+// lead runs when this node becomes leader: once it has applied every entry
+// committed before (a read barrier), it re-arms every session with a full
+// TTL (SPEC §4) and makes sure the member directory has its own record.
+func (s *Server) lead(ctx context.Context) {
+	node := s.node.Load()
+	for {
+		bctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := node.ReadBarrier(bctx)
+		cancel()
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		s.log.Warn("new leader: read barrier failed; retrying", "error", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	if ctx.Err() != nil {
+		return
+	}
+	infos := s.m.Sessions()
+	arm := make([]session.Info, len(infos))
+	for i, in := range infos {
+		arm[i] = session.Info{ID: in.ID, TTL: time.Duration(in.TTL)}
+	}
+	s.tracker.Lead(arm)
+	s.log.Info("leading", "sessions", len(arm), "applied", s.m.LastIndex())
+	if !s.registered() {
+		if _, err := s.join(ctx, &pb.JoinRequest{Id: s.cfg.Self.ID, RaftAddr: s.cfg.Self.RaftAddr, GrpcAddr: s.cfg.Self.GRPCAddr, HttpAddr: s.cfg.Self.HTTPAddr}); err != nil && ctx.Err() == nil {
+			s.log.Warn("recording this node in the member directory failed", "error", err)
+		}
+	}
+}
+
+func (s *Server) registered() bool {
+	for _, m := range s.m.Members() {
+		if m.ID == s.cfg.Self.ID {
+			return m == s.cfg.Self
+		}
+	}
+	return false
+}
+
+// register makes sure the member directory holds this node's record, so
+// that other nodes can forward to it when it leads. A follower asks the
+// leader (Join is idempotent); the leader records itself in lead.
+func (s *Server) register(ctx context.Context) {
+	self := s.cfg.Self
+	req := &pb.JoinRequest{Id: self.ID, RaftAddr: self.RaftAddr, GrpcAddr: self.GRPCAddr, HttpAddr: self.HTTPAddr}
+	for !s.registered() {
+		if !s.node.Load().IsLeader() {
+			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			_, err := s.Join(cctx, req)
+			cancel()
+			if err != nil && ctx.Err() == nil {
+				s.log.Debug("recording this node in the member directory: not yet", "error", err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// setMember proposes a directory record.
+func (s *Server) setMember(ctx context.Context, m fsm.Member, remove bool) error {
+	ap, _, err := s.propose(ctx, &fsm.SetMember{Member: m, Remove: remove})
+	if err != nil {
+		return err
+	}
+	return ap.Result.Err
+}

@@ -1,0 +1,140 @@
+package server
+
+import (
+	"context"
+
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	pb "github.com/lockcluster/lockcluster/api/lockclusterv1"
+	"github.com/lockcluster/lockcluster/fsm"
+)
+
+// write checks cmd against the replicated limits, proposes it, and, when
+// this node is not the leader, forwards the call instead. Bad input never
+// reaches the log.
+func write[T any](s *Server, ctx context.Context, cmd fsm.Command, fwd func(context.Context, pb.LocksClient) (T, error)) (fsm.Applied, uint64, *T, error) {
+	if err := s.m.Limits().Check(cmd); err != nil {
+		return fsm.Applied{}, 0, nil, toStatus(err)
+	}
+	ap, idx, err := s.propose(ctx, cmd)
+	if err != nil {
+		r, ferr := forward(s, ctx, err, func(ctx context.Context, cc *grpc.ClientConn) (T, error) {
+			return fwd(ctx, pb.NewLocksClient(cc))
+		})
+		if ferr != nil {
+			return fsm.Applied{}, 0, nil, ferr
+		}
+		return fsm.Applied{}, 0, &r, nil
+	}
+	if ap.Result.Err != nil {
+		return fsm.Applied{}, 0, nil, toStatus(ap.Result.Err)
+	}
+	return ap, idx, nil, nil
+}
+
+func (s *Server) OpenSession(ctx context.Context, req *pb.OpenSessionRequest) (*pb.OpenSessionResponse, error) {
+	ttl := s.cfg.DefaultTTL
+	if req.Ttl != nil {
+		if err := req.Ttl.CheckValid(); err != nil {
+			return nil, invalid("ttl: " + err.Error())
+		}
+		ttl = req.Ttl.AsDuration()
+	}
+	cmd := &fsm.OpenSession{Namespace: req.Namespace, Label: req.Label, TTL: int64(ttl)}
+	ap, idx, fwd, err := write(s, ctx, cmd, func(ctx context.Context, c pb.LocksClient) (*pb.OpenSessionResponse, error) {
+		return c.OpenSession(ctx, req)
+	})
+	if err != nil || fwd != nil {
+		return deref(fwd), err
+	}
+	return &pb.OpenSessionResponse{SessionId: ap.Result.Session, ClientId: ap.Result.ClientID, Ttl: durationpb.New(ttl), Index: idx}, nil
+}
+
+func (s *Server) CloseSession(ctx context.Context, req *pb.CloseSessionRequest) (*pb.CloseSessionResponse, error) {
+	cmd := &fsm.CloseSession{Session: req.SessionId, Namespace: req.Namespace}
+	_, idx, fwd, err := write(s, ctx, cmd, func(ctx context.Context, c pb.LocksClient) (*pb.CloseSessionResponse, error) {
+		return c.CloseSession(ctx, req)
+	})
+	if err != nil || fwd != nil {
+		return deref(fwd), err
+	}
+	return &pb.CloseSessionResponse{Index: idx}, nil
+}
+
+func (s *Server) Request(ctx context.Context, req *pb.LockRequest) (*pb.LockResponse, error) {
+	mode, err := modeFromPB(req.Mode)
+	if err != nil {
+		return nil, err
+	}
+	cmd := &fsm.Request{Session: req.SessionId, Namespace: req.Namespace, RequestID: req.RequestId, Names: req.Names, Mode: mode,
+		IfAvailable: req.IfAvailable, Steal: req.Steal, Signal: req.Signal, AckBelow: req.AckBelow}
+	ap, idx, fwd, err := write(s, ctx, cmd, func(ctx context.Context, c pb.LocksClient) (*pb.LockResponse, error) {
+		return c.Request(ctx, req)
+	})
+	if err != nil || fwd != nil {
+		return deref(fwd), err
+	}
+	r := ap.Result
+	return &pb.LockResponse{Status: statusToPB[r.Status], Token: r.Token, AcquiredAt: ts(r.AcquiredAt), Duplicate: r.Duplicate,
+		Index: idx, Cause: causeToPB[r.Cause], Reason: r.Reason}, nil
+}
+
+func (s *Server) Release(ctx context.Context, req *pb.ReleaseRequest) (*pb.ReleaseResponse, error) {
+	cmd := &fsm.Release{Session: req.SessionId, Namespace: req.Namespace, RequestID: req.RequestId, Token: req.Token, AckBelow: req.AckBelow}
+	ap, idx, fwd, err := write(s, ctx, cmd, func(ctx context.Context, c pb.LocksClient) (*pb.ReleaseResponse, error) {
+		return c.Release(ctx, req)
+	})
+	if err != nil || fwd != nil {
+		return deref(fwd), err
+	}
+	r := ap.Result
+	return &pb.ReleaseResponse{Status: statusToPB[r.Status], Token: r.Token, Duplicate: r.Duplicate, Index: idx}, nil
+}
+
+func (s *Server) Abort(ctx context.Context, req *pb.AbortRequest) (*pb.AbortResponse, error) {
+	cmd := &fsm.Abort{Session: req.SessionId, Namespace: req.Namespace, RequestID: req.RequestId, Reason: req.Reason, AckBelow: req.AckBelow}
+	ap, idx, fwd, err := write(s, ctx, cmd, func(ctx context.Context, c pb.LocksClient) (*pb.AbortResponse, error) {
+		return c.Abort(ctx, req)
+	})
+	if err != nil || fwd != nil {
+		return deref(fwd), err
+	}
+	r := ap.Result
+	return &pb.AbortResponse{Status: statusToPB[r.Status], Token: r.Token, Cause: causeToPB[r.Cause], Reason: r.Reason, Duplicate: r.Duplicate, Index: idx}, nil
+}
+
+// Query is linearizable: the leader confirms its leadership and applies
+// everything committed before the call, then reads.
+func (s *Server) Query(ctx context.Context, req *pb.QueryRequest) (*pb.QueryResponse, error) {
+	if err := s.m.Limits().Check(&fsm.CloseSession{Namespace: req.Namespace}); err != nil {
+		return nil, toStatus(err)
+	}
+	node := s.node.Load()
+	if node == nil {
+		return nil, toStatus(s.notLeader())
+	}
+	if err := node.ReadBarrier(ctx); err != nil {
+		return forward(s, ctx, err, func(ctx context.Context, cc *grpc.ClientConn) (*pb.QueryResponse, error) {
+			return pb.NewLocksClient(cc).Query(ctx, req)
+		})
+	}
+	idx := s.m.LastIndex()
+	q := s.m.Query(req.Namespace)
+	out := &pb.QueryResponse{Index: idx, Held: make([]*pb.LockInfo, len(q.Held)), Pending: make([]*pb.LockInfo, len(q.Pending))}
+	for i, l := range q.Held {
+		out.Held[i] = lockInfoToPB(l)
+	}
+	for i, l := range q.Pending {
+		out.Pending[i] = lockInfoToPB(l)
+	}
+	return out, nil
+}
+
+func deref[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
+	}
+	return *p
+}

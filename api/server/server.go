@@ -1,0 +1,152 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	pb "github.com/lockcluster/lockcluster/api/lockclusterv1"
+	"github.com/lockcluster/lockcluster/fsm"
+	"github.com/lockcluster/lockcluster/raftnode"
+	"github.com/lockcluster/lockcluster/session"
+)
+
+// Config configures a Server.
+type Config struct {
+	Machine *fsm.Machine
+	// Self is this node's record in the member directory (its id, and the
+	// addresses it serves raft, gRPC and HTTP on).
+	Self   fsm.Member
+	Logger hclog.Logger
+	// Now is the leader's clock for the times put into entries.
+	Now func() time.Time
+	// DialOptions are used to reach other nodes' APIs (forwarding).
+	DialOptions []grpc.DialOption
+	// SessionTick is the resolution of session deadlines (default 50ms).
+	SessionTick time.Duration
+	// HeartbeatFlush is how long a follower gathers heartbeats before it
+	// forwards them to the leader in one call (default 20ms).
+	HeartbeatFlush time.Duration
+	// DefaultTTL is a session's TTL when the client names none (10s).
+	DefaultTTL time.Duration
+}
+
+// Server serves lockcluster.v1 on one node.
+type Server struct {
+	pb.UnimplementedLocksServer
+	pb.UnimplementedClusterServer
+
+	cfg     Config
+	m       *fsm.Machine
+	node    atomic.Pointer[raftnode.Node]
+	tracker *session.Tracker
+	hub     *hub
+	peers   *peers
+	touches *touchBatcher
+	log     hclog.Logger
+}
+
+// New returns a Server. Pass its Apply to the raft adapter as the sink,
+// build the raft node, then call Start with it.
+func New(cfg Config) *Server {
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.HeartbeatFlush <= 0 {
+		cfg.HeartbeatFlush = 20 * time.Millisecond
+	}
+	if cfg.DefaultTTL <= 0 {
+		cfg.DefaultTTL = 10 * time.Second
+	}
+	if cfg.DialOptions == nil {
+		cfg.DialOptions = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	}
+	s := &Server{cfg: cfg, m: cfg.Machine, log: cfg.Logger}
+	s.hub = newHub(cfg.Machine.LastIndex)
+	s.peers = newPeers(cfg.DialOptions)
+	s.tracker = session.New(session.Config{Expirer: expirer{s}, Tick: cfg.SessionTick, Logger: cfg.Logger.Named("session"), Now: cfg.Now})
+	s.touches = newTouchBatcher(s, cfg.HeartbeatFlush)
+	return s
+}
+
+// Apply is the raft adapter's sink: it runs on raft's FSM goroutine after
+// every applied entry, in log order.
+func (s *Server) Apply(index uint64, ap fsm.Applied) {
+	if ap.Result.Status == fsm.StatusOpened && !ap.Result.Duplicate && ap.Result.Err == nil {
+		if info, ok := s.m.Session(ap.Result.Session); ok {
+			s.tracker.Opened(info.ID, time.Duration(info.TTL))
+		}
+	}
+	for _, e := range ap.Events {
+		if e.Kind == fsm.EventSessionEnded {
+			s.tracker.Ended(e.Session)
+		}
+	}
+	s.hub.publish(index, ap)
+}
+
+// Register registers the Locks and Cluster services on g.
+func (s *Server) Register(g *grpc.Server) {
+	pb.RegisterLocksServer(g, s)
+	pb.RegisterClusterServer(g, s)
+}
+
+// Run drives the node's leader-side work until ctx ends: session
+// deadlines, the heartbeat batcher, leadership changes and the node's own
+// record in the member directory. node must use this Server's Apply as its
+// FSM sink.
+func (s *Server) Run(ctx context.Context, node *raftnode.Node) {
+	s.node.Store(node)
+	var wg sync.WaitGroup
+	wg.Add(4)
+	go func() { defer wg.Done(); s.tracker.Run(ctx) }()
+	go func() { defer wg.Done(); s.touches.run(ctx) }()
+	go func() { defer wg.Done(); s.followLeadership(ctx) }()
+	go func() { defer wg.Done(); s.register(ctx) }()
+	wg.Wait()
+	s.peers.close()
+}
+
+// propose stamps cmd with this node's clock, appends it to the log and
+// returns the machine's answer and the entry's index.
+func (s *Server) propose(ctx context.Context, cmd fsm.Command) (fsm.Applied, uint64, error) {
+	node := s.node.Load()
+	if node == nil {
+		return fsm.Applied{}, 0, raftnode.ErrShutdown
+	}
+	data, err := fsm.EncodeEntry(fsm.Entry{Time: s.cfg.Now().UnixNano(), Cmd: cmd})
+	if err != nil {
+		return fsm.Applied{}, 0, err
+	}
+	r, err := node.Propose(ctx, data)
+	if err != nil {
+		return fsm.Applied{}, 0, err
+	}
+	ap, ok := r.Response.(fsm.Applied)
+	if !ok {
+		return fsm.Applied{}, 0, fmt.Errorf("internal error: entry %d applied with response %T", r.Index, r.Response)
+	}
+	return ap, r.Index, nil
+}
+
+// expirer lets the session tracker propose ExpireSession.
+type expirer struct{ s *Server }
+
+func (e expirer) Expire(ctx context.Context, id uint64) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	ap, _, err := e.s.propose(ctx, &fsm.ExpireSession{Session: id})
+	if err != nil {
+		return err
+	}
+	return ap.Result.Err
+}

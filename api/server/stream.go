@@ -1,0 +1,124 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	pb "github.com/lockcluster/lockcluster/api/lockclusterv1"
+	"github.com/lockcluster/lockcluster/fsm"
+)
+
+// Session serves a session stream. The client attaches; the node waits
+// until it has applied the highest index the client has seen, then sends a
+// Synced with where every request of the session stands, and from then on
+// every event of the session in log order (events with seq up to the
+// Synced's are already reflected in it). Heartbeats are acknowledged once
+// the leader has renewed the session. A client that reconnects, to this
+// node or another, attaches again and resynchronises: together with the
+// per-session event seq this delivers every outcome exactly once.
+func (s *Server) Session(stream pb.Locks_SessionServer) error {
+	ctx := stream.Context()
+	first, err := stream.Recv()
+	if err != nil {
+		return err
+	}
+	at := first.GetAttach()
+	if at == nil {
+		return invalid("the first message of a session stream must be an attach")
+	}
+	if err := s.m.Limits().Check(&fsm.CloseSession{Namespace: at.Namespace}); err != nil {
+		return toStatus(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	err = s.hub.waitApplied(wctx, at.MinIndex)
+	cancel()
+	if err != nil {
+		return status.Errorf(codes.Unavailable, "this node has not yet applied index %d that the client has seen: try another node", at.MinIndex)
+	}
+	var synced *pb.Synced
+	sub, err := s.hub.subscribe(at.SessionId, func() (uint64, error) {
+		info, ok := s.m.Session(at.SessionId)
+		reqs, seq, ok2 := s.m.SessionRequests(at.SessionId)
+		if !ok || !ok2 || info.Namespace != at.Namespace {
+			return 0, toStatus(&fsm.Error{Code: fsm.CodeSessionClosed, Msg: "session " + strconv.FormatUint(at.SessionId, 10) + " is not open in namespace " + strconv.Quote(at.Namespace) + " (closed, expired or never opened)"})
+		}
+		synced = &pb.Synced{Index: s.m.LastIndex(), EventSeq: seq, Ttl: durationpb.New(time.Duration(info.TTL))}
+		for _, r := range reqs {
+			synced.Requests = append(synced.Requests, requestStateToPB(r))
+		}
+		return seq, nil
+	})
+	if err != nil {
+		return err
+	}
+	defer s.hub.unsubscribe(sub)
+	if err := stream.Send(&pb.SessionDown{Kind: &pb.SessionDown_Synced{Synced: synced}}); err != nil {
+		return err
+	}
+
+	acks := make(chan *pb.SessionDown, 16)
+	recvErr := make(chan error, 1)
+	go s.heartbeats(ctx, stream, at.SessionId, acks, recvErr)
+	for {
+		select {
+		case ev := <-sub.ch:
+			if err := stream.Send(&pb.SessionDown{Kind: &pb.SessionDown_Event{Event: ev}}); err != nil {
+				return err
+			}
+			if ev.Kind == pb.Event_SESSION_ENDED {
+				return nil
+			}
+		case <-sub.gone:
+			return status.Error(codes.ResourceExhausted, "the session's event stream fell too far behind: reconnect to resynchronise")
+		case m := <-acks:
+			if m == nil {
+				return toStatus(&fsm.Error{Code: fsm.CodeSessionClosed, Msg: "session " + strconv.FormatUint(at.SessionId, 10) + " has ended"})
+			}
+			if err := stream.Send(m); err != nil {
+				return err
+			}
+		case err := <-recvErr:
+			return err
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// heartbeats receives the client's heartbeats and renews the session for
+// each, sending an ack (or nil when the session has ended) to the stream.
+func (s *Server) heartbeats(ctx context.Context, stream pb.Locks_SessionServer, id uint64, acks chan<- *pb.SessionDown, recvErr chan<- error) {
+	for {
+		m, err := stream.Recv()
+		if err != nil {
+			recvErr <- err
+			return
+		}
+		hb := m.GetHeartbeat()
+		if hb == nil {
+			recvErr <- invalid("a session stream carries only heartbeats after its attach")
+			return
+		}
+		known, err := s.touch(ctx, id)
+		var out *pb.SessionDown
+		switch {
+		case errors.Is(err, errNotLeading), err != nil && ctx.Err() == nil:
+			continue // no leader renewed it: no ack; the client sends again
+		case err != nil:
+			return
+		case known:
+			out = &pb.SessionDown{Kind: &pb.SessionDown_HeartbeatAck{HeartbeatAck: &pb.HeartbeatAck{Id: hb.Id}}}
+		}
+		select {
+		case acks <- out:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
