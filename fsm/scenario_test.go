@@ -3,6 +3,7 @@ package fsm
 import (
 	"bytes"
 	"fmt"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -29,20 +30,30 @@ import (
 // Every entry prints its index, result and events. Session ids print as the
 // script's names (S), so the output reads like the script.
 func TestScenarios(t *testing.T) {
-	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
-		h := newHarness()
-		datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
-			if d.Cmd == "apply" {
-				var out strings.Builder
-				for _, line := range strings.Split(strings.TrimSpace(d.Input), "\n") {
-					if line = strings.TrimSpace(line); line != "" {
-						out.WriteString(h.run(t, strings.Fields(line)))
-					}
+	files, err := filepath.Glob("testdata/*.txt")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no scenario scripts in testdata: %v", err)
+	}
+	for _, path := range files {
+		t.Run(strings.TrimSuffix(filepath.Base(path), ".txt"), func(t *testing.T) { runScenario(t, path) })
+	}
+}
+
+// runScenario runs one script; only testdata/*.txt are scripts, so fuzz
+// corpora and other files may live under testdata too.
+func runScenario(t *testing.T, path string) {
+	h := newHarness()
+	datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
+		if d.Cmd == "apply" {
+			var out strings.Builder
+			for _, line := range strings.Split(strings.TrimSpace(d.Input), "\n") {
+				if line = strings.TrimSpace(line); line != "" {
+					out.WriteString(h.run(t, strings.Fields(line)))
 				}
-				return out.String()
 			}
-			return h.run(t, append([]string{d.Cmd}, strings.Fields(argsLine(d))...))
-		})
+			return out.String()
+		}
+		return h.run(t, append([]string{d.Cmd}, strings.Fields(argsLine(d))...))
 	})
 }
 

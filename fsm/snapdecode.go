@@ -72,6 +72,10 @@ func decodeSessions(d *decoder, st *state) error {
 // decodeNamespaces reads each namespace's held set and queues and links the
 // requests into them.
 func decodeNamespaces(d *decoder, st *state) error {
+	var names uint64
+	for _, r := range st.requests {
+		names += uint64(len(r.names))
+	}
 	n := d.count(2)
 	if d.err == nil && n != len(st.namespaces) {
 		return fmt.Errorf("fsm: snapshot has %d namespaces for sessions of %d", n, len(st.namespaces))
@@ -93,7 +97,8 @@ func decodeNamespaces(d *decoder, st *state) error {
 		if ns == nil {
 			return fmt.Errorf("fsm: snapshot namespace %s has no session", quote(name))
 		}
-		ns.resources = make(map[string]*resource, d.count(2))
+		// A size hint, bounded by the names the requests actually name.
+		ns.resources = make(map[string]*resource, min(d.uvarint(), names))
 		a := applier{st: st, ns: ns}
 		for k := d.count(2); k > 0 && d.err == nil; k-- {
 			r, err := ref(ns)
@@ -176,6 +181,40 @@ func checkRestored(st *state) error {
 				return fmt.Errorf("fsm: snapshot request %d of session %d is neither held nor queued", r.id, s.id)
 			}
 			st.nPending++
+		}
+		for _, o := range s.finished {
+			if st.requests[reqKey{s.id, o.id}] != nil {
+				return fmt.Errorf("fsm: snapshot request %d of session %d is both live and finished", o.id, s.id)
+			}
+		}
+	}
+	return checkScheduling(st)
+}
+
+// checkScheduling verifies the lock rules on a restored state: no
+// conflicting holders, no grantable queue head, no token or id from the
+// future. A snapshot that breaks them would make this replica diverge.
+func checkScheduling(st *state) error {
+	for _, s := range st.sessions {
+		if s.id > st.lastIndex {
+			return fmt.Errorf("fsm: snapshot session %d is newer than its last index %d", s.id, st.lastIndex)
+		}
+		for r := s.liveHead; r != nil; r = r.snext {
+			if r.index > st.lastIndex || r.token > st.lastIndex || (r.held && r.token == 0) {
+				return fmt.Errorf("fsm: snapshot request %d of session %d has index %d, token %d past last index %d", r.id, s.id, r.index, r.token, st.lastIndex)
+			}
+		}
+	}
+	for _, ns := range st.namespaces {
+		for _, res := range ns.resources {
+			for i, h := range res.holders {
+				if (h.mode == Exclusive && len(res.holders) > 1) || (i > 0 && h.token < res.holders[i-1].token) {
+					return fmt.Errorf("fsm: snapshot holders of %s in namespace %s conflict or are out of grant order", quote(res.name), quote(ns.name))
+				}
+			}
+			if res.qhead != nil && grantable(res.qhead.req) {
+				return fmt.Errorf("fsm: snapshot queue of %s in namespace %s has a grantable head", quote(res.name), quote(ns.name))
+			}
 		}
 	}
 	return nil

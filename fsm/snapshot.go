@@ -173,6 +173,9 @@ func decodeState(b []byte) (*state, error) {
 	st := newState()
 	st.lastIndex = d.uvarint()
 	decodeLimits(d, &st.limits)
+	if err := st.limits.Validate(); d.err == nil && err != nil {
+		return nil, fmt.Errorf("fsm: snapshot has unusable limits: %w", err)
+	}
 	for n := d.count(4); n > 0 && d.err == nil; n-- {
 		var m Member
 		decodeMember(d, &m)

@@ -50,6 +50,7 @@ type Server struct {
 	peers   *peers
 	touches *touchBatcher
 	log     hclog.Logger
+	done    chan struct{} // closed when Run returns: streams end
 }
 
 // New returns a Server. Pass its Apply to the raft adapter as the sink,
@@ -70,7 +71,7 @@ func New(cfg Config) *Server {
 	if cfg.DialOptions == nil {
 		cfg.DialOptions = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
 	}
-	s := &Server{cfg: cfg, m: cfg.Machine, log: cfg.Logger}
+	s := &Server{cfg: cfg, m: cfg.Machine, log: cfg.Logger, done: make(chan struct{})}
 	s.hub = newHub(cfg.Machine.LastIndex)
 	s.peers = newPeers(cfg.DialOptions)
 	s.tracker = session.New(session.Config{Expirer: expirer{s}, Tick: cfg.SessionTick, Logger: cfg.Logger.Named("session"), Now: cfg.Now})
@@ -113,6 +114,7 @@ func (s *Server) Run(ctx context.Context, node *raftnode.Node) {
 	go func() { defer wg.Done(); s.followLeadership(ctx) }()
 	go func() { defer wg.Done(); s.register(ctx) }()
 	wg.Wait()
+	close(s.done)
 	s.peers.close()
 }
 

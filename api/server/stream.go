@@ -85,6 +85,8 @@ func (s *Server) Session(stream pb.Locks_SessionServer) error {
 			}
 		case err := <-recvErr:
 			return err
+		case <-s.done:
+			return status.Error(codes.Unavailable, "this node is shutting down: reconnect to another")
 		case <-ctx.Done():
 			return ctx.Err()
 		}

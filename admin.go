@@ -1,0 +1,143 @@
+package lockcluster
+
+import (
+	"context"
+	"fmt"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	pb "github.com/lockcluster/lockcluster/api/lockclusterv1"
+)
+
+// Admin talks to a cluster's Cluster service: status, members, join, leave.
+// It opens no session.
+type Admin struct {
+	c *Client
+}
+
+// DialAdmin connects to the given endpoints for cluster operations.
+func DialAdmin(endpoints []string, opts ...Option) (*Admin, error) {
+	cfg := config{}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if cfg.dial == nil {
+		cfg.dial = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	}
+	c := &Client{cfg: cfg}
+	for _, e := range splitEndpoints(endpoints) {
+		cc, err := grpc.NewClient(e, cfg.dial...)
+		if err != nil {
+			c.closeConns()
+			return nil, fmt.Errorf("%w: endpoint %q: %v", ErrInvalid, e, err)
+		}
+		c.addrs, c.conns = append(c.addrs, e), append(c.conns, cc)
+	}
+	if len(c.conns) == 0 {
+		return nil, fmt.Errorf("%w: no endpoint given (set --addr or LOCKCLUSTER_ADDR, e.g. 127.0.0.1:7700)", ErrInvalid)
+	}
+	return &Admin{c: c}, nil
+}
+
+// Close closes the connections.
+func (a *Admin) Close() error { a.c.closeConns(); return nil }
+
+// Member is one member of the cluster.
+type Member struct {
+	ID       string `json:"id"`
+	RaftAddr string `json:"raftAddr"`
+	GRPCAddr string `json:"grpcAddr"`
+	HTTPAddr string `json:"httpAddr,omitempty"`
+	Suffrage string `json:"suffrage"`
+	Leader   bool   `json:"leader"`
+}
+
+// Status is one node's view of the cluster.
+type Status struct {
+	NodeID       string `json:"nodeId"`
+	Addr         string `json:"addr"`
+	State        string `json:"state"`
+	LeaderID     string `json:"leaderId"`
+	LeaderAddr   string `json:"leaderAddr"`
+	Term         uint64 `json:"term"`
+	CommitIndex  uint64 `json:"commitIndex"`
+	AppliedIndex uint64 `json:"appliedIndex"`
+	Sessions     uint64 `json:"sessions"`
+	Held         uint64 `json:"held"`
+	Pending      uint64 `json:"pending"`
+	Namespaces   uint64 `json:"namespaces"`
+	Version      string `json:"version"`
+	Err          string `json:"error,omitempty"`
+}
+
+// Status asks every endpoint for its status; an unreachable one has Err.
+func (a *Admin) Status(ctx context.Context) []Status {
+	out := make([]Status, len(a.c.conns))
+	for i, cc := range a.c.conns {
+		st, err := pb.NewClusterClient(cc).Status(ctx, &pb.StatusRequest{})
+		if err != nil {
+			out[i] = Status{Addr: a.c.addrs[i], Err: fromStatus(err).Error()}
+			continue
+		}
+		out[i] = Status{NodeID: st.NodeId, Addr: a.c.addrs[i], State: st.State, LeaderID: st.LeaderId, LeaderAddr: st.LeaderAddr,
+			Term: st.Term, CommitIndex: st.CommitIndex, AppliedIndex: st.AppliedIndex, Sessions: st.Sessions, Held: st.Held,
+			Pending: st.Pending, Namespaces: st.Namespaces, Version: st.Version}
+	}
+	return out
+}
+
+// Members lists the cluster's members, as the first reachable endpoint
+// sees them.
+func (a *Admin) Members(ctx context.Context) ([]Member, error) {
+	var resp *pb.MembersResponse
+	err := a.cluster(ctx, func(ctx context.Context, cc pb.ClusterClient) error {
+		var err error
+		resp, err = cc.Members(ctx, &pb.MembersRequest{})
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Member, len(resp.Members))
+	for i, m := range resp.Members {
+		out[i] = Member{ID: m.Id, RaftAddr: m.RaftAddr, GRPCAddr: m.GrpcAddr, HTTPAddr: m.HttpAddr, Suffrage: m.Suffrage, Leader: m.Leader}
+	}
+	return out, nil
+}
+
+// Join adds a node (its id, raft address and API addresses) as a voter.
+func (a *Admin) Join(ctx context.Context, m Member) error {
+	return a.cluster(ctx, func(ctx context.Context, cc pb.ClusterClient) error {
+		_, err := cc.Join(ctx, &pb.JoinRequest{Id: m.ID, RaftAddr: m.RaftAddr, GrpcAddr: m.GRPCAddr, HttpAddr: m.HTTPAddr})
+		return err
+	})
+}
+
+// Leave removes a member (also one that is dead).
+func (a *Admin) Leave(ctx context.Context, id string) error {
+	return a.cluster(ctx, func(ctx context.Context, cc pb.ClusterClient) error {
+		_, err := cc.Leave(ctx, &pb.LeaveRequest{Id: id})
+		return err
+	})
+}
+
+// Health reports whether the first endpoint serves (it has a leader).
+func (a *Admin) Health(ctx context.Context) error {
+	resp, err := healthpb.NewHealthClient(a.c.conns[0]).Check(ctx, &healthpb.HealthCheckRequest{})
+	if err != nil {
+		return fromStatus(err)
+	}
+	if resp.Status != healthpb.HealthCheckResponse_SERVING {
+		return fmt.Errorf("%w: %s is %s", ErrUnavailable, a.c.addrs[0], resp.Status)
+	}
+	return nil
+}
+
+func (a *Admin) cluster(ctx context.Context, f func(context.Context, pb.ClusterClient) error) error {
+	return a.c.call(ctx, func(ctx context.Context, _ pb.LocksClient) error {
+		cc, _ := a.c.conn()
+		return f(ctx, pb.NewClusterClient(cc))
+	})
+}

@@ -1,0 +1,205 @@
+package lockcluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	pb "github.com/lockcluster/lockcluster/api/lockclusterv1"
+)
+
+// Option configures Dial.
+type Option func(*config)
+
+type config struct {
+	namespace string
+	label     string
+	ttl       time.Duration
+	dial      []grpc.DialOption
+}
+
+// WithNamespace sets the namespace (default "default").
+func WithNamespace(ns string) Option { return func(c *config) { c.namespace = ns } }
+
+// WithLabel sets the label query shows for this client (default host
+// name and pid).
+func WithLabel(l string) Option { return func(c *config) { c.label = l } }
+
+// WithTTL sets the session TTL (default 10s): how long the cluster keeps
+// the session without a heartbeat. Heartbeats go every TTL/3.
+func WithTTL(d time.Duration) Option { return func(c *config) { c.ttl = d } }
+
+// WithDialOptions adds gRPC dial options (TLS, interceptors, ...). Without
+// any, connections are plaintext.
+func WithDialOptions(o ...grpc.DialOption) Option {
+	return func(c *config) { c.dial = append(c.dial, o...) }
+}
+
+// Client is a session with a lockcluster cluster. It is safe for
+// concurrent use.
+type Client struct {
+	cfg   config
+	conns []*grpc.ClientConn
+	addrs []string
+
+	openMu   sync.Mutex // serialises opening a session
+	mu       sync.Mutex
+	cur      int // the endpoint in use
+	sess     *session
+	closed   bool
+	maxIndex uint64 // the highest Raft index seen, for read-your-writes
+}
+
+// Dial connects to a cluster given some of its endpoints (host:port) and
+// opens a session. It fails when no endpoint can open one before ctx ends.
+func Dial(ctx context.Context, endpoints []string, opts ...Option) (*Client, error) {
+	cfg := config{namespace: "default", ttl: 10 * time.Second}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if cfg.label == "" {
+		host, _ := os.Hostname()
+		cfg.label = fmt.Sprintf("%s:%d", host, os.Getpid())
+	}
+	if cfg.dial == nil {
+		cfg.dial = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	}
+	c := &Client{cfg: cfg, addrs: splitEndpoints(endpoints)}
+	if len(c.addrs) == 0 {
+		return nil, fmt.Errorf("%w: no endpoint given (set --addr or LOCKCLUSTER_ADDR, e.g. 127.0.0.1:7700)", ErrInvalid)
+	}
+	for _, a := range c.addrs {
+		cc, err := grpc.NewClient(a, cfg.dial...)
+		if err != nil {
+			c.closeConns()
+			return nil, fmt.Errorf("%w: endpoint %q: %v", ErrInvalid, a, err)
+		}
+		c.conns = append(c.conns, cc)
+	}
+	if _, err := c.session(ctx); err != nil {
+		c.closeConns()
+		return nil, err
+	}
+	return c, nil
+}
+
+// Namespace is the client's namespace.
+func (c *Client) Namespace() string { return c.cfg.namespace }
+
+// Close ends the session: its pending requests are aborted and its locks
+// released, on the cluster and here.
+func (c *Client) Close(ctx context.Context) error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	s := c.sess
+	c.sess = nil
+	c.mu.Unlock()
+	var err error
+	if s != nil {
+		s.end(ErrSessionClosed)
+		err = c.call(ctx, func(ctx context.Context, lc pb.LocksClient) error {
+			_, err := lc.CloseSession(ctx, &pb.CloseSessionRequest{Namespace: c.cfg.namespace, SessionId: s.id})
+			return err
+		})
+	}
+	c.closeConns()
+	return err
+}
+
+func (c *Client) closeConns() {
+	for _, cc := range c.conns {
+		cc.Close()
+	}
+}
+
+func (c *Client) seen(index uint64) {
+	c.mu.Lock()
+	if index > c.maxIndex {
+		c.maxIndex = index
+	}
+	c.mu.Unlock()
+}
+
+// call runs f against the current endpoint, and on an Unavailable error
+// against the next, with backoff, until it succeeds, fails for another
+// reason, or ctx ends.
+func (c *Client) call(ctx context.Context, f func(context.Context, pb.LocksClient) error) error {
+	backoff := 20 * time.Millisecond
+	var last error
+	for attempt := 0; ; attempt++ {
+		c.mu.Lock()
+		i := c.cur
+		c.mu.Unlock()
+		err := f(ctx, pb.NewLocksClient(c.conns[i]))
+		if err == nil {
+			return nil
+		}
+		if !retryable(err) {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fromStatus(err)
+		}
+		last = err
+		c.mu.Lock()
+		if c.cur == i {
+			c.cur = (i + 1) % len(c.conns)
+		}
+		c.mu.Unlock()
+		if attempt%len(c.conns) == len(c.conns)-1 {
+			// Every endpoint failed once: wait before the next round.
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("%w: %v (last error: %v)", ErrUnavailable, ctx.Err(), fromStatus(last))
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, time.Second)
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("%w: %v (last error: %v)", ErrUnavailable, ctx.Err(), fromStatus(last))
+		}
+	}
+}
+
+// conn returns the connection in use, for the session stream.
+func (c *Client) conn() (*grpc.ClientConn, int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.conns[c.cur], c.cur
+}
+
+// rotate moves off endpoint i after a failure there.
+func (c *Client) rotate(i int) {
+	c.mu.Lock()
+	if c.cur == i {
+		c.cur = (i + 1) % len(c.conns)
+	}
+	c.mu.Unlock()
+}
+
+var errClosed = errors.New("lockcluster: client closed")
+
+// splitEndpoints accepts endpoints one per element or comma-separated, as
+// LOCKCLUSTER_ADDR has them.
+func splitEndpoints(endpoints []string) []string {
+	var out []string
+	for _, e := range endpoints {
+		for _, a := range strings.Split(e, ",") {
+			if a = strings.TrimSpace(a); a != "" {
+				out = append(out, a)
+			}
+		}
+	}
+	return out
+}

@@ -1,0 +1,168 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/lockcluster/lockcluster"
+)
+
+func newMembers(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "members",
+		Short: "List the cluster's members",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := g.checkOutput(); err != nil {
+				return err
+			}
+			a, err := g.admin()
+			if err != nil {
+				return clientExit(err)
+			}
+			defer a.Close()
+			ctx, cancel := g.ctx()
+			defer cancel()
+			ms, err := a.Members(ctx)
+			if err != nil {
+				return clientExit(err)
+			}
+			if g.output == "json" {
+				return printJSON(os.Stdout, ms)
+			}
+			w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(w, "ID\tROLE\tSUFFRAGE\tGRPC\tRAFT\tHTTP")
+			for _, m := range ms {
+				role := "follower"
+				if m.Leader {
+					role = "leader"
+				}
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", m.ID, role, m.Suffrage, m.GRPCAddr, m.RaftAddr, m.HTTPAddr)
+			}
+			return w.Flush()
+		},
+	}
+}
+
+func newStatus(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "status",
+		Short: "Show each endpoint's view of the cluster",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := g.checkOutput(); err != nil {
+				return err
+			}
+			a, err := g.admin()
+			if err != nil {
+				return clientExit(err)
+			}
+			defer a.Close()
+			ctx, cancel := g.ctx()
+			defer cancel()
+			sts := a.Status(ctx)
+			if g.output == "json" {
+				return printJSON(os.Stdout, sts)
+			}
+			w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(w, "ENDPOINT\tID\tSTATE\tLEADER\tTERM\tCOMMIT\tAPPLIED\tSESSIONS\tHELD\tPENDING\tERROR")
+			failed := 0
+			for _, s := range sts {
+				if s.Err != "" {
+					failed++
+				}
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\n", s.Addr, s.NodeID, s.State, s.LeaderID, s.Term, s.CommitIndex, s.AppliedIndex, s.Sessions, s.Held, s.Pending, s.Err)
+			}
+			w.Flush()
+			if failed == len(sts) {
+				return &exitError{code: exitUnavailable, msg: "no endpoint answered"}
+			}
+			return nil
+		},
+	}
+}
+
+func newJoin(g *globals) *cobra.Command {
+	var m lockcluster.Member
+	cmd := &cobra.Command{
+		Use:   "join --id ID --raft-addr HOST:PORT [--grpc-addr HOST:PORT]",
+		Short: "Add a node to the cluster as a voter",
+		Long: `Add a node to the cluster as a voter. Usually a new node joins by itself
+('lockcluster serve --join'); this command does it from outside.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if m.ID == "" || m.RaftAddr == "" {
+				return &exitError{code: exitUsage, msg: "join needs --id and --raft-addr"}
+			}
+			a, err := g.admin()
+			if err != nil {
+				return clientExit(err)
+			}
+			defer a.Close()
+			ctx, cancel := g.ctx()
+			defer cancel()
+			if err := a.Join(ctx, m); err != nil {
+				return clientExit(err)
+			}
+			fmt.Printf("%s joined\n", m.ID)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&m.ID, "id", "", "the node's id")
+	cmd.Flags().StringVar(&m.RaftAddr, "raft-addr", "", "the node's raft address")
+	cmd.Flags().StringVar(&m.GRPCAddr, "grpc-addr", "", "the node's client API address")
+	cmd.Flags().StringVar(&m.HTTPAddr, "http-addr", "", "the node's HTTP address")
+	return cmd
+}
+
+func newLeave(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "leave ID",
+		Short: "Remove a member (also a dead one) from the cluster",
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				return &exitError{code: exitUsage, msg: "usage: lockcluster leave ID"}
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			a, err := g.admin()
+			if err != nil {
+				return clientExit(err)
+			}
+			defer a.Close()
+			ctx, cancel := g.ctx()
+			defer cancel()
+			if err := a.Leave(ctx, args[0]); err != nil {
+				return clientExit(err)
+			}
+			fmt.Printf("%s removed\n", args[0])
+			return nil
+		},
+	}
+}
+
+func newHealth(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "health",
+		Short: "Exit 0 when the (first) endpoint serves: it is up and has a leader",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			a, err := g.admin()
+			if err != nil {
+				return clientExit(err)
+			}
+			defer a.Close()
+			ctx, cancel := g.ctx()
+			defer cancel()
+			if err := a.Health(ctx); err != nil {
+				return &exitError{code: exitFailure, msg: err.Error()}
+			}
+			fmt.Println("serving")
+			return nil
+		},
+	}
+}

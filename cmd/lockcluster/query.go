@@ -1,0 +1,64 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/lockcluster/lockcluster"
+)
+
+func newQuery(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:     "query",
+		Aliases: []string{"locks"},
+		Short:   "Show the namespace's held and pending locks",
+		Long: `Show the namespace's held locks (in grant order) and pending requests (queue by
+queue), as navigator.locks.query() does. -o json prints the spec's
+LockManagerSnapshot: {"held": [...], "pending": [...]}, each entry with name,
+mode and clientId, plus sessionId, requestId, label, token and times.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := g.checkOutput(); err != nil {
+				return err
+			}
+			ctx, cancel := g.ctx()
+			defer cancel()
+			c, err := lockcluster.Dial(ctx, g.endpoints(), lockcluster.WithNamespace(g.namespace), lockcluster.WithLabel("lockcluster query"))
+			if err != nil {
+				return clientExit(err)
+			}
+			defer c.Close(ctx)
+			q, err := c.Query(ctx)
+			if err != nil {
+				return clientExit(err)
+			}
+			if g.output == "json" {
+				return printJSON(os.Stdout, q)
+			}
+			w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(w, "STATE\tNAME\tMODE\tCLIENT\tLABEL\tSESSION\tREQUEST\tTOKEN\tAGE")
+			now := time.Now()
+			row := func(state string, l lockcluster.LockInfo, since time.Time) {
+				token, age := "-", "-"
+				if l.Token != 0 {
+					token = fmt.Sprint(l.Token)
+				}
+				if !since.IsZero() {
+					age = now.Sub(since).Round(time.Millisecond).String()
+				}
+				fmt.Fprintf(w, "%s\t%q\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", state, l.Name, l.Mode, l.ClientID, l.Label, l.SessionID, l.RequestID, token, age)
+			}
+			for _, l := range q.Held {
+				row("held", l, l.AcquiredAt)
+			}
+			for _, l := range q.Pending {
+				row("pending", l, l.RequestedAt)
+			}
+			return w.Flush()
+		},
+	}
+}

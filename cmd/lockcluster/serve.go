@@ -1,0 +1,133 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/spf13/cobra"
+
+	"github.com/lockcluster/lockcluster/api/node"
+	"github.com/lockcluster/lockcluster/raftnode"
+)
+
+type serveConfig struct {
+	id, dataDir, grpcAddr, raftAddr, httpAddr string
+	advGRPC, advRaft, advHTTP                 string
+	bootstrap, join, logLevel                 string
+	heartbeat, election, lease                time.Duration
+}
+
+func (c *serveConfig) settings() []setting {
+	return []setting{
+		{key: "id", usage: "this node's id, unique in the cluster", str: &c.id},
+		{key: "data-dir", usage: "directory for the raft log, snapshots and state", str: &c.dataDir},
+		{key: "grpc-addr", usage: "client API listen address", str: &c.grpcAddr},
+		{key: "raft-addr", usage: "raft listen address", str: &c.raftAddr},
+		{key: "http-addr", usage: "HTTP listen address (/livez, /readyz); empty: off", str: &c.httpAddr},
+		{key: "advertise-grpc", usage: "client API address other nodes and clients use (default: grpc-addr)", str: &c.advGRPC},
+		{key: "advertise-raft", usage: "raft address other nodes use (default: raft-addr)", str: &c.advRaft},
+		{key: "advertise-http", usage: "HTTP address shown to others (default: http-addr)", str: &c.advHTTP},
+		{key: "bootstrap", usage: "first voters of a NEW cluster, id=raft-host:port,... (this node among them); ignored once the data dir has state", str: &c.bootstrap},
+		{key: "join", usage: "client API address of a member to join through, for a new node", str: &c.join},
+		{key: "heartbeat-timeout", usage: "raft: a follower that hears no leader this long starts an election", dur: &c.heartbeat},
+		{key: "election-timeout", usage: "raft: a candidate that has not won this long tries again", dur: &c.election},
+		{key: "leader-lease-timeout", usage: "raft: a leader that cannot reach a quorum this long steps down", dur: &c.lease},
+		{key: "log-level", usage: "trace, debug, info, warn or error", str: &c.logLevel},
+	}
+}
+
+func newServe() *cobra.Command {
+	host, _ := os.Hostname()
+	c := &serveConfig{id: host, dataDir: "lockcluster-data", grpcAddr: "127.0.0.1:7700", raftAddr: "127.0.0.1:7701", httpAddr: "127.0.0.1:7702",
+		heartbeat: 500 * time.Millisecond, election: 500 * time.Millisecond, lease: 250 * time.Millisecond, logLevel: "info"}
+	var file string
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run one lockcluster node",
+		Long: `Run one lockcluster node.
+
+A new cluster starts from --bootstrap (the same list on every first node); a new
+node joins a running cluster with --join. A node whose data directory is empty
+and that has neither starts a single-node cluster of its own. A node restarted
+on its data directory comes back with its state and ignores both.
+
+Every setting is a flag, a LOCKCLUSTER_* environment variable, or a key of the
+YAML file given with --config; a flag beats the environment, which beats the
+file. The raft timeouts default to LAN values: an election within about a
+second of a leader's failure.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if file == "" {
+				file = os.Getenv("LOCKCLUSTER_CONFIG")
+			}
+			if err := resolve(cmd.Flags(), c.settings(), file); err != nil {
+				return &exitError{code: exitUsage, msg: err.Error()}
+			}
+			return c.run()
+		},
+	}
+	bindFlags(cmd.Flags(), c.settings())
+	cmd.Flags().StringVar(&file, "config", "", "YAML config file (env LOCKCLUSTER_CONFIG)")
+	return cmd
+}
+
+func parsePeers(s string) ([]raftnode.Peer, error) {
+	var out []raftnode.Peer
+	for _, p := range strings.Split(s, ",") {
+		p = strings.TrimSpace(p)
+		if p == "" {
+			continue
+		}
+		id, addr, ok := strings.Cut(p, "=")
+		if !ok || id == "" || addr == "" {
+			return nil, fmt.Errorf("--bootstrap entry %q is not id=host:port", p)
+		}
+		out = append(out, raftnode.Peer{ID: id, Addr: addr})
+	}
+	return out, nil
+}
+
+func (c *serveConfig) run() error {
+	level := hclog.LevelFromString(c.logLevel)
+	if level == hclog.NoLevel {
+		return &exitError{code: exitUsage, msg: fmt.Sprintf("--log-level %q is not trace, debug, info, warn or error", c.logLevel)}
+	}
+	logger := hclog.New(&hclog.LoggerOptions{Name: "lockcluster", Level: level, Output: os.Stderr, Color: hclog.AutoColor})
+	if os.Getenv("NO_COLOR") != "" {
+		logger = hclog.New(&hclog.LoggerOptions{Name: "lockcluster", Level: level, Output: os.Stderr})
+	}
+	peers, err := parsePeers(c.bootstrap)
+	if err != nil {
+		return &exitError{code: exitUsage, msg: err.Error()}
+	}
+	if len(peers) == 0 && c.join == "" {
+		peers = []raftnode.Peer{{ID: c.id}}
+	}
+	cfg := node.Config{
+		ID: c.id, DataDir: c.dataDir, GRPCAddr: c.grpcAddr, RaftAddr: c.raftAddr, HTTPAddr: c.httpAddr,
+		AdvertiseGRPC: c.advGRPC, AdvertiseRaft: c.advRaft, AdvertiseHTTP: c.advHTTP,
+		Bootstrap: peers, Join: c.join, Logger: logger,
+	}
+	if c.join != "" {
+		cfg.Bootstrap = nil
+	}
+	cfg.Raft.HeartbeatTimeout, cfg.Raft.ElectionTimeout, cfg.Raft.LeaderLeaseTimeout = c.heartbeat, c.election, c.lease
+	n, err := node.Start(cfg)
+	if err != nil {
+		return err
+	}
+	logger.Warn("no authentication is configured: any client can use any namespace")
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	s := <-sig
+	logger.Info("stopping", "signal", s.String())
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	return n.Close(ctx)
+}

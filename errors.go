@@ -1,0 +1,123 @@
+package lockcluster
+
+import (
+	"errors"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/lockcluster/lockcluster/api/lockclusterv1"
+)
+
+// The errors of SPEC §9. Test them with errors.Is: every error the client
+// returns for a class matches its sentinel.
+var (
+	// ErrNotSupported is NotSupportedError: a reserved name (starting with
+	// "-") or a forbidden option combination (steal with ifAvailable or
+	// with shared mode).
+	ErrNotSupported = errors.New("lockcluster: NotSupportedError")
+	// ErrAborted is AbortError: the request was aborted (its context ended,
+	// its session ended) or the lock was stolen. The cause is wrapped too:
+	// errors.Is(err, context.DeadlineExceeded), errors.Is(err, ErrStolen).
+	ErrAborted = errors.New("lockcluster: AbortError")
+	// ErrPermission is SecurityError: the credentials do not grant the
+	// namespace.
+	ErrPermission = errors.New("lockcluster: SecurityError")
+	// ErrSessionClosed is InvalidStateError: the session is closed or
+	// expired.
+	ErrSessionClosed = errors.New("lockcluster: InvalidStateError: session closed")
+	// ErrInvalid is TypeError: bad UTF-8, a bad mode, a malformed request.
+	ErrInvalid = errors.New("lockcluster: TypeError")
+	// ErrLimit: over a limit of the cluster (name length, scope size,
+	// requests per session...).
+	ErrLimit = errors.New("lockcluster: limit exceeded")
+	// ErrUnavailable: no endpoint could serve the call before the context
+	// ended.
+	ErrUnavailable = errors.New("lockcluster: unavailable")
+)
+
+// Causes of a lost lock (the cause of its context) or of an abort.
+var (
+	// ErrStolen: another request took the lock with Steal.
+	ErrStolen = errors.New("lockcluster: lock stolen")
+	// ErrSessionLost: the session ended (expired, closed) or the client
+	// went a whole TTL without an acknowledged heartbeat (jeopardy).
+	ErrSessionLost = errors.New("lockcluster: session lost")
+	// ErrReleased: the lock was released by its holder.
+	ErrReleased = errors.New("lockcluster: lock released")
+)
+
+// Error is an error answered by the cluster: the Web Locks error name, the
+// gRPC code and the server's message. It matches one of the sentinels.
+type Error struct {
+	Name    string // NotSupportedError, TypeError, AbortError, ...
+	Code    codes.Code
+	Reason  pb.ErrorReason
+	Message string
+}
+
+func (e *Error) Error() string { return "lockcluster: " + e.Name + ": " + e.Message }
+
+// Is matches the sentinel of the error's class.
+func (e *Error) Is(target error) bool {
+	switch e.Reason {
+	case pb.ErrorReason_NOT_SUPPORTED:
+		return target == ErrNotSupported
+	case pb.ErrorReason_INVALID:
+		return target == ErrInvalid
+	case pb.ErrorReason_ABORTED:
+		return target == ErrAborted
+	case pb.ErrorReason_PERMISSION:
+		return target == ErrPermission
+	case pb.ErrorReason_SESSION_CLOSED:
+		return target == ErrSessionClosed
+	case pb.ErrorReason_LIMIT:
+		return target == ErrLimit
+	case pb.ErrorReason_NOT_LEADER, pb.ErrorReason_OUTCOME_UNKNOWN, pb.ErrorReason_SHUTTING_DOWN:
+		return target == ErrUnavailable
+	}
+	switch e.Code {
+	case codes.PermissionDenied, codes.Unauthenticated:
+		return target == ErrPermission
+	case codes.Unavailable:
+		return target == ErrUnavailable
+	}
+	return false
+}
+
+// fromStatus turns a gRPC error into an *Error when the server said what
+// kind it is; other errors pass through.
+func fromStatus(err error) error {
+	st, ok := status.FromError(err)
+	if !ok || err == nil {
+		return err
+	}
+	e := &Error{Code: st.Code(), Message: st.Message(), Name: st.Code().String()}
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok {
+			e.Reason = pb.ErrorReason(pb.ErrorReason_value[info.Reason])
+			if n := info.Metadata["name"]; n != "" {
+				e.Name = n
+			}
+		}
+	}
+	if e.Reason == pb.ErrorReason_ERROR_REASON_UNSPECIFIED {
+		switch st.Code() {
+		case codes.Canceled, codes.DeadlineExceeded:
+			return err
+		}
+	}
+	return e
+}
+
+// retryable says whether a call may be sent again (to another endpoint):
+// the cluster did not serve it and a retry is safe (writes carry request
+// ids, so a retry never applies twice).
+func retryable(err error) bool {
+	st, ok := status.FromError(err)
+	if !ok {
+		return false
+	}
+	return st.Code() == codes.Unavailable
+}

@@ -1,0 +1,298 @@
+package lockcluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	pb "github.com/lockcluster/lockcluster/api/lockclusterv1"
+)
+
+// Mode is a lock mode.
+type Mode int
+
+const (
+	// Exclusive: no other lock on the name is granted while it is held.
+	Exclusive Mode = iota
+	// Shared: other shared locks on the name may be held at the same time.
+	Shared
+)
+
+func (m Mode) String() string {
+	if m == Shared {
+		return "shared"
+	}
+	return "exclusive"
+}
+
+// Options are the spec's LockOptions. The request's context is its
+// AbortSignal: cancelling it before the grant aborts the request.
+type Options struct {
+	Mode Mode
+	// IfAvailable grants the lock only if it can be granted at once; if
+	// not, Request's callback runs with a nil *Lock.
+	IfAvailable bool
+	// Steal releases every held lock on the name(s) (their holders' lock
+	// contexts are cancelled with ErrStolen) and grants this one at once,
+	// ahead of any queue. Exclusive mode only.
+	Steal bool
+	// Scope names more resources to lock together with the first name,
+	// all at once: the lock is granted when every name can be granted,
+	// and never holds some of them while waiting for others.
+	Scope []string
+}
+
+// Lock is a held lock.
+type Lock struct {
+	s          *session
+	r          *request
+	names      []string
+	mode       Mode
+	token      uint64
+	acquiredAt time.Time
+	ctx        context.Context
+	cancel     context.CancelCauseFunc
+	lost       error // set, under the session's lock, when the lock ended
+	once       sync.Once
+	relErr     error
+}
+
+// Name is the (first) name the lock holds.
+func (l *Lock) Name() string { return l.names[0] }
+
+// Names are all the names the lock holds (more than one for a scope).
+func (l *Lock) Names() []string { return append([]string(nil), l.names...) }
+
+// Mode is the lock's mode.
+func (l *Lock) Mode() Mode { return l.mode }
+
+// Token is the lock's fencing token: the Raft index of the entry that
+// granted it. Tokens of a name only grow.
+func (l *Lock) Token() uint64 { return l.token }
+
+// AcquiredAt is when the leader granted the lock.
+func (l *Lock) AcquiredAt() time.Time { return l.acquiredAt }
+
+// Context is cancelled when the lock ends: released, stolen (cause
+// ErrStolen), or its session lost (cause ErrSessionLost). context.Cause
+// tells which.
+func (l *Lock) Context() context.Context { return l.ctx }
+
+// Done is closed when the lock ends.
+func (l *Lock) Done() <-chan struct{} { return l.ctx.Done() }
+
+// Err is nil while the lock is held, then why it ended.
+func (l *Lock) Err() error { return context.Cause(l.ctx) }
+
+// Release releases the lock. It is idempotent.
+func (l *Lock) Release(ctx context.Context) error {
+	l.once.Do(func() {
+		l.s.mu.Lock()
+		lost := l.lost
+		l.s.mu.Unlock()
+		if lost != nil { // stolen or its session lost: nothing to release
+			l.s.forget(l.r)
+			return
+		}
+		err := l.s.c.call(ctx, func(ctx context.Context, lc pb.LocksClient) error {
+			resp, err := lc.Release(ctx, &pb.ReleaseRequest{Namespace: l.s.c.cfg.namespace, SessionId: l.s.id, RequestId: l.r.id, Token: l.token, AckBelow: l.s.ackBelow()})
+			if err == nil {
+				l.s.c.seen(resp.Index)
+			}
+			return err
+		})
+		if err != nil && !errors.Is(err, ErrSessionClosed) {
+			l.relErr = err
+			return
+		}
+		l.s.mu.Lock()
+		l.lost = ErrReleased
+		l.s.mu.Unlock()
+		l.cancel(ErrReleased)
+		l.s.forget(l.r)
+	})
+	return l.relErr
+}
+
+// request is one request of the session, outstanding until the client
+// knows its final outcome.
+type request struct {
+	s         *session
+	id        uint64
+	names     []string
+	mode      Mode
+	parent    context.Context // the lock's context derives from it
+	done      chan outcome    // the grant or the end of the pending request
+	resolved  bool
+	abandoned bool  // its caller gave up: release it if it is granted
+	lock      *Lock // set once granted
+}
+
+type outcome struct {
+	token      uint64
+	acquiredAt time.Time
+	err        error // the request ended without a lock
+	lost       error // the lock ended (when granted)
+}
+
+// finish resolves r once, under the session's lock: a grant creates its
+// Lock; an end cancels the Lock if there is one.
+func (r *request) finish(o outcome) {
+	if r.lock != nil && o.lost != nil && r.lock.lost == nil {
+		r.lock.lost = o.lost
+		r.lock.cancel(o.lost)
+	}
+	if r.resolved {
+		return
+	}
+	r.resolved = true
+	if o.err == nil && o.lost != nil {
+		o.err = o.lost
+	}
+	if o.err == nil {
+		l := &Lock{s: r.s, r: r, names: r.names, mode: r.mode, token: o.token, acquiredAt: o.acquiredAt}
+		l.ctx, l.cancel = context.WithCancelCause(r.parent)
+		r.lock = l
+	}
+	r.done <- o
+}
+
+func (s *session) newRequest(parent context.Context, names []string, mode Mode) *request {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := &request{s: s, id: s.nextID, names: names, mode: mode, parent: parent, done: make(chan outcome, 1)}
+	s.nextID++
+	s.reqs[r.id] = r
+	return r
+}
+
+// forget drops a request whose outcome the client has.
+func (s *session) forget(r *request) {
+	s.mu.Lock()
+	delete(s.reqs, r.id)
+	s.mu.Unlock()
+}
+
+// ackBelow: every request id below it has a known outcome (SPEC §6).
+func (s *session) ackBelow() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	low := s.nextID
+	for id := range s.reqs {
+		low = min(low, id)
+	}
+	return low
+}
+
+func causeError(c pb.Cause, reason string) error {
+	switch c {
+	case pb.Cause_CAUSE_STOLEN:
+		return ErrStolen
+	case pb.Cause_CAUSE_SESSION_CLOSED, pb.Cause_CAUSE_SESSION_EXPIRED:
+		return fmt.Errorf("%w: %s", ErrSessionLost, c)
+	}
+	if reason != "" {
+		return errors.New(reason)
+	}
+	return errors.New("aborted")
+}
+
+// apply moves a request to the state the cluster reports.
+func (s *session) apply(r *request, st pb.Status, token uint64, at time.Time, cause pb.Cause, reason string) {
+	switch st {
+	case pb.Status_STATUS_GRANTED:
+		if r.abandoned {
+			go s.releaseAbandoned(r, token)
+			return
+		}
+		r.finish(outcome{token: token, acquiredAt: at})
+	case pb.Status_STATUS_QUEUED:
+	case pb.Status_STATUS_NOT_AVAILABLE:
+		r.finish(outcome{err: errNotAvailable})
+		delete(s.reqs, r.id)
+	case pb.Status_STATUS_ABORTED, pb.Status_STATUS_STOLEN, pb.Status_STATUS_RELEASED:
+		err := causeError(cause, reason)
+		if st == pb.Status_STATUS_STOLEN {
+			err = ErrStolen
+		}
+		r.finish(outcome{lost: err})
+		delete(s.reqs, r.id)
+	}
+}
+
+// releaseAbandoned releases a lock granted to a request its caller gave up
+// on (its abort could not be delivered).
+func (s *session) releaseAbandoned(r *request, token uint64) {
+	ctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
+	defer cancel()
+	_ = s.c.call(ctx, func(ctx context.Context, lc pb.LocksClient) error {
+		_, err := lc.Release(ctx, &pb.ReleaseRequest{Namespace: s.c.cfg.namespace, SessionId: s.id, RequestId: r.id, Token: token})
+		return err
+	})
+	s.forget(r)
+}
+
+// event applies one event of the stream.
+func (s *session) event(e *pb.Event) {
+	s.c.seen(e.Index)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e.Seq <= s.lastSeq {
+		return // already reflected by a sync
+	}
+	s.lastSeq = e.Seq
+	if e.Kind == pb.Event_SESSION_ENDED {
+		go s.end(fmt.Errorf("%w: %s", ErrSessionLost, e.Cause))
+		return
+	}
+	r := s.reqs[e.RequestId]
+	if r == nil {
+		return
+	}
+	switch e.Kind {
+	case pb.Event_GRANTED:
+		s.apply(r, pb.Status_STATUS_GRANTED, e.Token, e.AcquiredAt.AsTime(), 0, "")
+	case pb.Event_NOT_AVAILABLE:
+		s.apply(r, pb.Status_STATUS_NOT_AVAILABLE, 0, time.Time{}, 0, "")
+	case pb.Event_ABORTED:
+		s.apply(r, pb.Status_STATUS_ABORTED, e.Token, time.Time{}, e.Cause, e.Reason)
+	case pb.Event_LOCK_LOST:
+		r.finish(outcome{lost: causeError(e.Cause, e.Reason)})
+		delete(s.reqs, r.id)
+	}
+}
+
+// sync applies where every request stands after a (re)connection.
+func (s *session) sync(m *pb.Synced) {
+	s.c.seen(m.Index)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	states := make(map[uint64]*pb.RequestState, len(m.Requests))
+	for _, rs := range m.Requests {
+		states[rs.RequestId] = rs
+	}
+	for id, r := range s.reqs {
+		rs := states[id]
+		if rs == nil {
+			if r.lock != nil { // held, and the cluster no longer knows it
+				r.finish(outcome{lost: ErrSessionLost})
+				delete(s.reqs, id)
+			}
+			continue // not yet arrived: its Request call will tell
+		}
+		if r.lock != nil && rs.Status == pb.Status_STATUS_GRANTED {
+			continue
+		}
+		s.apply(r, rs.Status, rs.Token, rs.AcquiredAt.AsTime(), rs.Cause, rs.Reason)
+	}
+	s.lastSeq = m.EventSeq
+	s.connected = true
+}
+
+var errNotAvailable = errors.New("lockcluster: not available")
+
+// ErrNotAvailable is returned by Acquire with IfAvailable when the lock
+// cannot be granted at once (Request calls its callback with nil instead).
+var ErrNotAvailable = errNotAvailable

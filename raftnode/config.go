@@ -1,0 +1,246 @@
+package raftnode
+
+import (
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+)
+
+// Defaults applied by New to zero-valued Config fields. The timeouts are
+// tuned for a LAN (see /work/shared/ECOSYSTEM.md: elections take about 1 s
+// instead of about 2 s with raft's own defaults).
+const (
+	DefaultHeartbeatTimeout   = 500 * time.Millisecond
+	DefaultElectionTimeout    = 500 * time.Millisecond
+	DefaultLeaderLeaseTimeout = 250 * time.Millisecond
+	DefaultCommitTimeout      = 50 * time.Millisecond
+	DefaultMaxAppendEntries   = 256
+	DefaultMaxRPCsInFlight    = 1
+	DefaultSnapshotThreshold  = 8192
+	DefaultSnapshotInterval   = 120 * time.Second
+	DefaultTrailingLogs       = 10240
+
+	// DefaultTimeout bounds Propose, ReadBarrier and membership calls whose
+	// context has no deadline.
+	DefaultTimeout = 10 * time.Second
+)
+
+// Peer is one voter of the initial cluster configuration.
+type Peer struct {
+	ID string
+	// Addr is the peer's raft address. For the local node it may be empty,
+	// meaning the transport's advertised address.
+	Addr string
+}
+
+// Config configures a Node. Zero values mean the documented default.
+type Config struct {
+	// ID is this server's stable raft ID. Required.
+	ID string
+	// DataDir holds raft.db (log and stable store) and snapshots/. Required.
+	DataDir string
+	// BindAddr is the raft TCP listen address, e.g. "127.0.0.1:7701", or
+	// "127.0.0.1:0" to let the OS pick a port (tests). Required unless
+	// StreamLayer is set.
+	BindAddr string
+	// AdvertiseAddr is the address other servers dial to reach this one.
+	// Default: the transport's actual listen address. Required when BindAddr
+	// is a wildcard address such as "0.0.0.0:7701".
+	AdvertiseAddr string
+
+	// Bootstrap is the initial set of voters, which must include this node.
+	// It is used only when DataDir holds no raft state; a node with no state
+	// and no Bootstrap waits to be joined (see Node.Join).
+	Bootstrap []Peer
+
+	// HeartbeatTimeout: a follower that hears nothing from the leader for
+	// this long starts an election. Default 500ms (raft: 1s).
+	HeartbeatTimeout time.Duration
+	// ElectionTimeout: a candidate that has not won within this long starts
+	// a new election. Default 500ms (raft: 1s).
+	ElectionTimeout time.Duration
+	// LeaderLeaseTimeout: a leader that cannot reach a quorum for this long
+	// steps down. Must not exceed HeartbeatTimeout. Default 250ms (raft: 500ms).
+	LeaderLeaseTimeout time.Duration
+	// CommitTimeout: the longest the leader waits before sending a heartbeat
+	// carrying the commit index. Default 50ms (raft's default).
+	CommitTimeout time.Duration
+	// MaxAppendEntries: the most entries per AppendEntries RPC, per local
+	// disk write, and per FSM batch (max 1024). Default 256 (raft: 64).
+	MaxAppendEntries int
+	// DisableBatchApplyCh turns off raft's BatchApplyCh, which is on by
+	// default: the apply channel is buffered to MaxAppendEntries so that
+	// concurrent proposals are group-committed.
+	DisableBatchApplyCh bool
+	// MaxRPCsInFlight: replication pipelining depth. Default 1, which
+	// disables pipelining: under heavy load pipelined replication can stall
+	// a follower silently (hashicorp/raft issue #612).
+	MaxRPCsInFlight int
+	// SnapshotThreshold: snapshot after this many new log entries.
+	// Default 8192 (raft's default).
+	SnapshotThreshold uint64
+	// SnapshotInterval: how often to check SnapshotThreshold (randomised
+	// between 1x and 2x). Default 120s (raft's default).
+	SnapshotInterval time.Duration
+	// TrailingLogs: log entries kept after a snapshot so that a slightly
+	// lagging follower can catch up without a snapshot. Default 10240
+	// (raft's default).
+	TrailingLogs uint64
+
+	// Logger receives all logs of the node, raft and its transport.
+	// Default: an hclog logger named "raftnode" writing to stderr.
+	Logger hclog.Logger
+
+	// StreamLayer, if set, replaces the plain TCP listener and dialer (e.g.
+	// for TLS). BindAddr is then ignored; the layer's Addr() is advertised
+	// unless AdvertiseAddr is set.
+	StreamLayer raft.StreamLayer
+	// AddressProvider, if set, maps a server ID to the address to dial,
+	// overriding the address in the configuration (chaos tests use it to
+	// route traffic through a fault-injecting proxy).
+	AddressProvider raft.ServerAddressProvider
+}
+
+// withDefaults returns c with every zero field set to its default.
+func (c Config) withDefaults() Config {
+	setDur := func(d *time.Duration, def time.Duration) {
+		if *d == 0 {
+			*d = def
+		}
+	}
+	setDur(&c.HeartbeatTimeout, DefaultHeartbeatTimeout)
+	setDur(&c.ElectionTimeout, DefaultElectionTimeout)
+	setDur(&c.LeaderLeaseTimeout, DefaultLeaderLeaseTimeout)
+	setDur(&c.CommitTimeout, DefaultCommitTimeout)
+	setDur(&c.SnapshotInterval, DefaultSnapshotInterval)
+	if c.MaxAppendEntries == 0 {
+		c.MaxAppendEntries = DefaultMaxAppendEntries
+	}
+	if c.MaxRPCsInFlight == 0 {
+		c.MaxRPCsInFlight = DefaultMaxRPCsInFlight
+	}
+	if c.SnapshotThreshold == 0 {
+		c.SnapshotThreshold = DefaultSnapshotThreshold
+	}
+	if c.TrailingLogs == 0 {
+		c.TrailingLogs = DefaultTrailingLogs
+	}
+	if c.Logger == nil {
+		c.Logger = hclog.New(&hclog.LoggerOptions{Name: "raftnode"})
+	}
+	return c
+}
+
+// Validate reports the first invalid field, naming it and its value.
+// Zero values are valid: they mean the default.
+func (c Config) Validate() error {
+	bad := func(field string, value any, why string) error {
+		return fmt.Errorf("raftnode: invalid config: %s=%q: %s", field, fmt.Sprint(value), why)
+	}
+	if c.ID == "" {
+		return bad("ID", c.ID, "required")
+	}
+	if c.DataDir == "" {
+		return bad("DataDir", c.DataDir, "required")
+	}
+	if c.StreamLayer == nil {
+		if c.BindAddr == "" {
+			return bad("BindAddr", c.BindAddr, "required unless StreamLayer is set")
+		}
+		host, _, err := net.SplitHostPort(c.BindAddr)
+		if err != nil {
+			return bad("BindAddr", c.BindAddr, err.Error())
+		}
+		if ip := net.ParseIP(host); c.AdvertiseAddr == "" && (host == "" || ip != nil && ip.IsUnspecified()) {
+			return bad("AdvertiseAddr", c.AdvertiseAddr, "required when BindAddr "+c.BindAddr+" is a wildcard address")
+		}
+	}
+	if c.AdvertiseAddr != "" {
+		if _, err := net.ResolveTCPAddr("tcp", c.AdvertiseAddr); err != nil {
+			return bad("AdvertiseAddr", c.AdvertiseAddr, err.Error())
+		}
+	}
+	if err := validatePeers(c.ID, c.Bootstrap); err != nil {
+		return err
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"HeartbeatTimeout", c.HeartbeatTimeout}, {"ElectionTimeout", c.ElectionTimeout},
+		{"LeaderLeaseTimeout", c.LeaderLeaseTimeout}, {"CommitTimeout", c.CommitTimeout},
+		{"SnapshotInterval", c.SnapshotInterval},
+	} {
+		if d.v < 0 {
+			return bad(d.name, d.v, "must not be negative")
+		}
+	}
+	if c.MaxAppendEntries < 0 || c.MaxAppendEntries > 1024 {
+		return bad("MaxAppendEntries", c.MaxAppendEntries, "must be between 1 and 1024")
+	}
+	if c.MaxRPCsInFlight < 0 {
+		return bad("MaxRPCsInFlight", c.MaxRPCsInFlight, "must not be negative")
+	}
+	// Cross-field rules (lease <= heartbeat <= election) are raft's own.
+	d := c.withDefaults()
+	if err := raft.ValidateConfig(d.raftConfig(nil)); err != nil {
+		return fmt.Errorf("raftnode: invalid config (after defaults: HeartbeatTimeout=%s ElectionTimeout=%s LeaderLeaseTimeout=%s): %w",
+			d.HeartbeatTimeout, d.ElectionTimeout, d.LeaderLeaseTimeout, err)
+	}
+	return nil
+}
+
+// validatePeers checks a bootstrap configuration: non-empty, unique IDs and
+// addresses, and the local node among them. Only the local node may omit
+// its address.
+func validatePeers(self string, peers []Peer) error {
+	if len(peers) == 0 {
+		return nil
+	}
+	ids := map[string]bool{}
+	addrs := map[string]bool{}
+	for i, p := range peers {
+		field := fmt.Sprintf("Bootstrap[%d]", i)
+		switch {
+		case p.ID == "":
+			return fmt.Errorf("raftnode: invalid config: %s.ID=%q: required", field, p.ID)
+		case ids[p.ID]:
+			return fmt.Errorf("raftnode: invalid config: %s.ID=%q: duplicate", field, p.ID)
+		case p.Addr == "" && p.ID != self:
+			return fmt.Errorf("raftnode: invalid config: %s.Addr=%q: required for peer %q", field, p.Addr, p.ID)
+		case p.Addr != "" && addrs[p.Addr]:
+			return fmt.Errorf("raftnode: invalid config: %s.Addr=%q: duplicate", field, p.Addr)
+		}
+		ids[p.ID] = true
+		if p.Addr != "" {
+			addrs[p.Addr] = true
+		}
+	}
+	if !ids[self] {
+		return fmt.Errorf("raftnode: invalid config: Bootstrap=%v: must include this node (ID %q)", peers, self)
+	}
+	return nil
+}
+
+// raftConfig builds raft's configuration from a defaulted Config.
+func (c Config) raftConfig(notify chan<- bool) *raft.Config {
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(c.ID)
+	rc.HeartbeatTimeout = c.HeartbeatTimeout
+	rc.ElectionTimeout = c.ElectionTimeout
+	rc.LeaderLeaseTimeout = c.LeaderLeaseTimeout
+	rc.CommitTimeout = c.CommitTimeout
+	rc.MaxAppendEntries = c.MaxAppendEntries
+	rc.BatchApplyCh = !c.DisableBatchApplyCh
+	rc.SnapshotThreshold = c.SnapshotThreshold
+	rc.SnapshotInterval = c.SnapshotInterval
+	rc.TrailingLogs = c.TrailingLogs
+	rc.NotifyCh = notify
+	if c.Logger != nil {
+		rc.Logger = c.Logger.Named("raft")
+	}
+	return rc
+}

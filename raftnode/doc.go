@@ -1,0 +1,33 @@
+// Package raftnode runs one member of a Raft group (hashicorp/raft) around
+// any raft.FSM. It knows nothing about locks: the lock manager is an FSM
+// written elsewhere (package fsm), and the session tracker and the API
+// consume this package through small interfaces of their own.
+//
+// What it owns:
+//
+//   - Storage: DataDir/raft.db, a bolt log and stable store
+//     (raft-boltdb/v2, fsync on every append) behind a 512-entry
+//     raft.LogCache, and DataDir/snapshots (two retained).
+//   - Transport: raft's NetworkTransport over TCP, or over a caller's
+//     raft.StreamLayer (TLS), optionally dialling through a
+//     raft.ServerAddressProvider (fault-injecting proxies in chaos tests).
+//     Replication pipelining is off by default (MaxRPCsInFlight = 1; see
+//     hashicorp/raft issue #612).
+//   - Lifecycle: New bootstraps a cluster from Config.Bootstrap when
+//     DataDir has no raft state, waits to be joined when it has no
+//     Bootstrap either, and otherwise resumes from disk. Shutdown hands
+//     leadership over first when it can.
+//   - Writes: Propose (group-committed by raft), with raft's failures
+//     mapped once, here, to ErrNotLeader (*NotLeaderError with a leader
+//     hint), ErrNotApplied, ErrOutcomeUnknown and ErrShutdown.
+//   - Linearizable reads: ReadBarrier (read index: a barrier per term,
+//     VerifyLeader, then wait for the FSM to catch up; see its comment).
+//   - Membership: Join, Leave, Members, leadership transfer, snapshots.
+//   - Leadership notifications: SubscribeLeadership, level-triggered and
+//     latest-wins, for any number of consumers.
+//
+// Everything logs through the hclog.Logger in Config.
+//
+// Build and test with -tags hashicorpmetrics, and keep
+// github.com/hashicorp/raft at v1.7.3 (see /work/shared/ECOSYSTEM.md).
+package raftnode

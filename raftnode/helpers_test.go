@@ -1,0 +1,291 @@
+package raftnode
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	"go.uber.org/goleak"
+)
+
+// TestMain checks that, once every test has shut its nodes down, no
+// goroutine of raft, its transport or this package is left behind.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// listFSM is the test state machine: the list of applied commands.
+type listFSM struct {
+	mu      sync.Mutex
+	entries []string
+}
+
+func (f *listFSM) Apply(l *raft.Log) any {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.entries = append(f.entries, string(l.Data))
+	return len(f.entries)
+}
+
+func (f *listFSM) Snapshot() (raft.FSMSnapshot, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return listSnapshot(slices.Clone(f.entries)), nil
+}
+
+func (f *listFSM) Restore(rc io.ReadCloser) error {
+	defer rc.Close()
+	var entries []string
+	if err := json.NewDecoder(rc).Decode(&entries); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.entries = entries
+	return nil
+}
+
+func (f *listFSM) Entries() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.entries)
+}
+
+type listSnapshot []string
+
+func (s listSnapshot) Persist(sink raft.SnapshotSink) error {
+	if err := json.NewEncoder(sink).Encode([]string(s)); err != nil {
+		sink.Cancel()
+		return err
+	}
+	return sink.Close()
+}
+
+func (listSnapshot) Release() {}
+
+// testLogger routes hclog output to t.Log until the test's cleanups have
+// run (raft's transport can log after Shutdown returns; t.Log after the
+// test ends would panic). Set RAFTNODE_TEST_LOG=debug for more detail.
+func testLogger(t testing.TB, name string) hclog.Logger {
+	w := &testWriter{t: t}
+	t.Cleanup(w.stop) // registered before the nodes' cleanups, so runs after them
+	level := hclog.Info
+	if l := os.Getenv("RAFTNODE_TEST_LOG"); l != "" {
+		level = hclog.LevelFromString(l)
+	}
+	return hclog.New(&hclog.LoggerOptions{
+		Name: name, Output: w, Level: level, TimeFormat: "15:04:05.000",
+	})
+}
+
+type testWriter struct {
+	mu   sync.Mutex
+	t    testing.TB
+	done bool
+}
+
+func (w *testWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.done {
+		w.t.Log(strings.TrimRight(string(p), "\n"))
+	}
+	return len(p), nil
+}
+
+func (w *testWriter) stop() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.done = true
+}
+
+// waitFor polls cond until it holds or timeout passes.
+func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(5 * time.Millisecond) // poll interval, not synchronisation
+	}
+}
+
+func ctxTimeout(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// testNode is one member of a test cluster; node is nil while stopped.
+type testNode struct {
+	id, dir, addr string
+	fsm           *listFSM
+	node          *Node
+}
+
+type cluster struct {
+	t         *testing.T
+	nodes     []*testNode
+	configure func(*Config) // optional, applied by start
+}
+
+// newCluster starts n nodes on OS-chosen ports and bootstraps them as one
+// cluster once their addresses are known.
+func newCluster(t *testing.T, n int, configure ...func(*Config)) *cluster {
+	t.Helper()
+	c := &cluster{t: t}
+	if len(configure) > 0 {
+		c.configure = configure[0]
+	}
+	for i := range n {
+		tn := &testNode{id: fmt.Sprintf("n%d", i+1), dir: t.TempDir()}
+		c.nodes = append(c.nodes, tn)
+		c.start(tn, nil)
+	}
+	peers := c.peers()
+	for _, tn := range c.nodes {
+		if err := tn.node.BootstrapCluster(peers); err != nil {
+			t.Fatalf("bootstrap %s: %v", tn.id, err)
+		}
+	}
+	c.waitLeader()
+	return c
+}
+
+func (c *cluster) peers() []Peer {
+	var peers []Peer
+	for _, tn := range c.nodes {
+		peers = append(peers, Peer{ID: tn.id, Addr: tn.addr})
+	}
+	return peers
+}
+
+// start (re)starts tn from its data dir with a fresh FSM, on its previous
+// address if it had one.
+func (c *cluster) start(tn *testNode, bootstrap []Peer) {
+	c.t.Helper()
+	bind := tn.addr
+	if bind == "" {
+		bind = "127.0.0.1:0"
+	}
+	cfg := Config{
+		ID: tn.id, DataDir: tn.dir, BindAddr: bind, Bootstrap: bootstrap,
+		Logger: testLogger(c.t, tn.id),
+	}
+	if c.configure != nil {
+		c.configure(&cfg)
+	}
+	tn.fsm = &listFSM{}
+	var err error
+	for range 50 { // the old port can be briefly taken by someone's outgoing connection
+		tn.node, err = New(cfg, tn.fsm)
+		if !errors.Is(err, syscall.EADDRINUSE) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err != nil {
+		c.t.Fatalf("start %s: %v", tn.id, err)
+	}
+	tn.addr = tn.node.Addr()
+	node := tn.node
+	c.t.Cleanup(func() { // abrupt: no leadership transfer
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		_ = node.Shutdown(ctx)
+	})
+}
+
+// stop shuts tn down; graceful false skips the leadership transfer.
+func (c *cluster) stop(tn *testNode, graceful bool) {
+	c.t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	if !graceful {
+		cancel()
+	}
+	defer cancel()
+	if err := tn.node.Shutdown(ctx); err != nil {
+		c.t.Fatalf("shutdown %s: %v", tn.id, err)
+	}
+	tn.node = nil
+}
+
+func (c *cluster) running() []*testNode {
+	var out []*testNode
+	for _, tn := range c.nodes {
+		if tn.node != nil {
+			out = append(out, tn)
+		}
+	}
+	return out
+}
+
+// waitLeader waits until exactly one running node is leader and all
+// running nodes name it.
+func (c *cluster) waitLeader() *testNode {
+	c.t.Helper()
+	var leader *testNode
+	waitFor(c.t, 10*time.Second, "a single agreed leader", func() bool {
+		leader = nil
+		for _, tn := range c.running() {
+			if tn.node.IsLeader() {
+				if leader != nil {
+					return false
+				}
+				leader = tn
+			}
+		}
+		if leader == nil {
+			return false
+		}
+		for _, tn := range c.running() {
+			if id, _ := tn.node.Leader(); id != leader.id {
+				return false
+			}
+		}
+		return true
+	})
+	return leader
+}
+
+func (c *cluster) followers(leader *testNode) []*testNode {
+	var out []*testNode
+	for _, tn := range c.running() {
+		if tn != leader {
+			out = append(out, tn)
+		}
+	}
+	return out
+}
+
+// waitEntries waits until every given node's FSM holds exactly want.
+func (c *cluster) waitEntries(want []string, nodes ...*testNode) {
+	c.t.Helper()
+	for _, tn := range nodes {
+		waitFor(c.t, 5*time.Second, tn.id+" to apply "+fmt.Sprint(len(want))+" entries", func() bool {
+			return slices.Equal(tn.fsm.Entries(), want)
+		})
+	}
+}
+
+// propose proposes each value on n and fails the test on any error.
+func propose(t testing.TB, n *Node, values ...string) {
+	t.Helper()
+	for _, v := range values {
+		if _, err := n.Propose(ctxTimeout(t, 5*time.Second), []byte(v)); err != nil {
+			t.Fatalf("propose %q on %s: %v", v, n.ID(), err)
+		}
+	}
+}

@@ -1,0 +1,134 @@
+package raftnode
+
+import (
+	"errors"
+	"testing"
+	"time"
+)
+
+func TestJoinAndLeave(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, 3)
+	leader := c.waitLeader()
+	want := []string{"a", "b"}
+	propose(t, leader.node, want...)
+
+	// A node with no state and no Bootstrap waits to be joined.
+	n4 := &testNode{id: "n4", dir: t.TempDir()}
+	c.start(n4, nil)
+	if id, _ := n4.node.Leader(); id != "" || n4.node.IsLeader() {
+		t.Fatalf("unjoined node knows leader %q / is leader %v", id, n4.node.IsLeader())
+	}
+
+	follower := c.followers(leader)[0]
+	err := follower.node.Join(ctxTimeout(t, 5*time.Second), n4.id, n4.addr)
+	var nle *NotLeaderError
+	if !errors.As(err, &nle) || nle.LeaderID != leader.id || nle.LeaderAddr != leader.addr {
+		t.Fatalf("Join on follower: %v, want NotLeaderError naming %s", err, leader.id)
+	}
+
+	if err := leader.node.Join(ctxTimeout(t, 5*time.Second), n4.id, n4.addr); err != nil {
+		t.Fatalf("Join: %v", err)
+	}
+	c.nodes = append(c.nodes, n4)
+	c.waitEntries(want, n4)
+	waitFor(t, 5*time.Second, "the join to be committed everywhere", func() bool {
+		for _, tn := range c.nodes {
+			if len(members(t, tn.node)) != 4 {
+				return false
+			}
+		}
+		return true
+	})
+	// Idempotent, on the leader and (committed configuration) on a follower.
+	for _, tn := range []*testNode{leader, follower} {
+		if err := tn.node.Join(ctxTimeout(t, 5*time.Second), n4.id, n4.addr); err != nil {
+			t.Fatalf("second Join on %s: %v", tn.id, err)
+		}
+	}
+	if err := leader.node.Join(ctxTimeout(t, 5*time.Second), "n5", n4.addr); err == nil {
+		t.Fatal("Join of a new ID at a member's address succeeded")
+	}
+	for _, m := range members(t, leader.node) {
+		if m.ID == n4.id && (m.Addr != n4.addr || m.Suffrage != "Voter" || m.Leader) {
+			t.Fatalf("member n4 = %+v", m)
+		}
+	}
+	propose(t, leader.node, "c")
+	want = append(want, "c")
+	c.waitEntries(want, c.nodes...)
+
+	if err := leader.node.Leave(ctxTimeout(t, 5*time.Second), n4.id); err != nil {
+		t.Fatalf("Leave: %v", err)
+	}
+	if got := members(t, leader.node); len(got) != 3 {
+		t.Fatalf("Members after Leave = %+v, want 3", got)
+	}
+	if err := leader.node.Leave(ctxTimeout(t, 5*time.Second), n4.id); err != nil {
+		t.Fatalf("second Leave: %v", err)
+	}
+	c.stop(n4, true)
+	c.nodes = c.nodes[:3]
+	propose(t, leader.node, "d")
+	c.waitEntries(append(want, "d"), c.running()...)
+}
+
+// Removing a dead member works, and the two survivors keep a quorum of
+// the new two-voter configuration.
+func TestRemoveDeadMember(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, 3)
+	leader := c.waitLeader()
+	dead := c.followers(leader)[0]
+	c.stop(dead, false)
+	if err := leader.node.Leave(ctxTimeout(t, 5*time.Second), dead.id); err != nil {
+		t.Fatalf("Leave of dead member: %v", err)
+	}
+	for _, m := range members(t, leader.node) {
+		if m.ID == dead.id {
+			t.Fatalf("dead member still listed: %+v", m)
+		}
+	}
+	propose(t, leader.node, "a")
+	c.waitEntries([]string{"a"}, c.running()...)
+}
+
+// A single node bootstrapped from Config.Bootstrap (own address left
+// empty) elects itself and serves reads and writes.
+func TestSingleNodeBootstrapFromConfig(t *testing.T) {
+	t.Parallel()
+	c := &cluster{t: t}
+	tn := &testNode{id: "solo", dir: t.TempDir()}
+	c.nodes = []*testNode{tn}
+	c.start(tn, []Peer{{ID: "solo"}})
+	sub, cancel := tn.node.SubscribeLeadership()
+	defer cancel()
+	waitFor(t, 10*time.Second, "leadership notification", func() bool {
+		select {
+		case v := <-sub:
+			return v
+		default:
+			return false
+		}
+	})
+	c.waitLeader()
+	propose(t, tn.node, "a")
+	if err := tn.node.ReadBarrier(ctxTimeout(t, 5*time.Second)); err != nil {
+		t.Fatalf("ReadBarrier: %v", err)
+	}
+	if m := members(t, tn.node); len(m) != 1 || m[0].Addr != tn.addr || !m[0].Leader {
+		t.Fatalf("Members = %+v", m)
+	}
+	if err := tn.node.TransferLeadership(ctxTimeout(t, 5*time.Second)); err == nil {
+		t.Fatal("TransferLeadership with no other voter succeeded")
+	}
+}
+
+func members(t testing.TB, n *Node) []Member {
+	t.Helper()
+	m, err := n.Members()
+	if err != nil {
+		t.Fatalf("Members: %v", err)
+	}
+	return m
+}

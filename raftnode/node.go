@@ -1,0 +1,280 @@
+package raftnode
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	"go.etcd.io/bbolt"
+)
+
+const (
+	logCacheSize      = 512
+	snapshotsRetained = 2
+	transportMaxPool  = 3
+	transportTimeout  = 10 * time.Second
+	boltOpenTimeout   = time.Second
+)
+
+// Node is one running Raft member. Its methods are safe for concurrent use.
+type Node struct {
+	cfg    Config // defaulted
+	logger hclog.Logger
+
+	raft      *raft.Raft
+	fsm       *trackingFSM
+	store     *raftboltdb.BoltStore
+	logs      raft.LogStore // store behind a LogCache
+	transport *raft.NetworkTransport
+
+	leadership *broadcaster
+	wg         sync.WaitGroup // background goroutines of this package
+
+	barrierSem  chan struct{} // single-flights the per-term barrier
+	barrierTerm atomic.Uint64 // the latest term whose barrier has been applied
+
+	closing      chan struct{} // closed when Shutdown starts
+	stopped      chan struct{} // closed once raft has stopped
+	shutdownOnce sync.Once
+	shutdownErr  error
+}
+
+// New opens (or creates) the raft state in cfg.DataDir and starts the
+// member. If DataDir holds no raft state and cfg.Bootstrap is set, it
+// bootstraps a cluster of exactly those voters; with neither, the node
+// waits to be joined. fsm is the replicated state machine; it must start
+// empty, since raft restores it from the latest snapshot and log.
+func New(cfg Config, fsm raft.FSM) (*Node, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if fsm == nil {
+		return nil, errors.New("raftnode: New: fsm is nil")
+	}
+	cfg = cfg.withDefaults()
+	n := &Node{
+		cfg:        cfg,
+		logger:     cfg.Logger,
+		leadership: newBroadcaster(),
+		barrierSem: make(chan struct{}, 1),
+		closing:    make(chan struct{}),
+		stopped:    make(chan struct{}),
+	}
+	if err := n.open(fsm); err != nil {
+		if n.raft != nil {
+			n.stopRaft()
+		}
+		n.closeResources()
+		return nil, err
+	}
+	return n, nil
+}
+
+// open builds the stores, the transport and raft, then bootstraps if asked.
+// On error the caller closes whatever was opened.
+func (n *Node) open(fsm raft.FSM) error {
+	cfg := n.cfg
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return fmt.Errorf("raftnode: data dir: %w", err)
+	}
+	store, err := raftboltdb.New(raftboltdb.Options{
+		Path:        filepath.Join(cfg.DataDir, "raft.db"),
+		BoltOptions: &bbolt.Options{Timeout: boltOpenTimeout},
+		NoSync:      false, // fsync every append: acknowledged entries survive a crash
+	})
+	if err != nil {
+		return fmt.Errorf("raftnode: open %s: %w", filepath.Join(cfg.DataDir, "raft.db"), err)
+	}
+	n.store = store
+	n.logs, err = raft.NewLogCache(logCacheSize, store)
+	if err != nil {
+		return fmt.Errorf("raftnode: log cache: %w", err)
+	}
+	fileSnaps, err := raft.NewFileSnapshotStoreWithLogger(
+		filepath.Join(cfg.DataDir, "snapshots"), snapshotsRetained, n.logger.Named("snapshots"))
+	if err != nil {
+		return fmt.Errorf("raftnode: snapshot store: %w", err)
+	}
+	snaps := trackingSnapshots{fileSnaps}
+	if n.transport, err = n.newTransport(); err != nil {
+		return err
+	}
+	hasState, err := raft.HasExistingState(n.logs, store, snaps)
+	if err != nil {
+		return fmt.Errorf("raftnode: reading raft state: %w", err)
+	}
+
+	n.fsm = newTrackingFSM(fsm, n.logger)
+	// raft blocks on NotifyCh; watchLeadership drains it until raft stops.
+	notify := make(chan bool, 16)
+	n.raft, err = raft.NewRaft(cfg.raftConfig(notify), n.fsm, n.logs, store, snaps, n.transport)
+	if err != nil {
+		return fmt.Errorf("raftnode: start raft: %w", err)
+	}
+	n.wg.Add(1)
+	go n.watchLeadership(notify)
+
+	n.logger.Info("raft node started", "id", cfg.ID, "addr", n.transport.LocalAddr(),
+		"existing_state", hasState, "last_index", n.raft.LastIndex())
+	switch {
+	case hasState && len(cfg.Bootstrap) > 0:
+		n.logger.Debug("existing raft state found; ignoring Bootstrap")
+	case !hasState && len(cfg.Bootstrap) > 0:
+		if err := n.BootstrapCluster(cfg.Bootstrap); err != nil {
+			return err
+		}
+	case !hasState:
+		n.logger.Info("no raft state and no Bootstrap: waiting to be joined")
+	}
+	return nil
+}
+
+// newTransport creates the NetworkTransport: plain TCP on BindAddr, or
+// cfg.StreamLayer. MaxRPCsInFlight and the AddressProvider are options of
+// NetworkTransportConfig, so both paths go through it.
+func (n *Node) newTransport() (*raft.NetworkTransport, error) {
+	cfg := n.cfg
+	tc := &raft.NetworkTransportConfig{
+		ServerAddressProvider: cfg.AddressProvider,
+		Logger:                n.logger.Named("raft-net"),
+		MaxPool:               transportMaxPool,
+		MaxRPCsInFlight:       cfg.MaxRPCsInFlight,
+		Timeout:               transportTimeout,
+	}
+	var advertise net.Addr
+	if cfg.AdvertiseAddr != "" {
+		a, err := net.ResolveTCPAddr("tcp", cfg.AdvertiseAddr)
+		if err != nil {
+			return nil, fmt.Errorf("raftnode: AdvertiseAddr %q: %w", cfg.AdvertiseAddr, err)
+		}
+		advertise = a
+	}
+	if cfg.StreamLayer != nil {
+		tc.Stream = cfg.StreamLayer
+		if advertise != nil {
+			tc.Stream = advertisedStream{cfg.StreamLayer, advertise}
+		}
+		return raft.NewNetworkTransportWithConfig(tc), nil
+	}
+	t, err := raft.NewTCPTransportWithConfig(cfg.BindAddr, advertise, tc)
+	if err != nil {
+		return nil, fmt.Errorf("raftnode: raft transport on %s: %w", cfg.BindAddr, err)
+	}
+	return t, nil
+}
+
+// advertisedStream overrides the address a StreamLayer advertises.
+type advertisedStream struct {
+	raft.StreamLayer
+	addr net.Addr
+}
+
+func (s advertisedStream) Addr() net.Addr { return s.addr }
+
+// Addr returns the raft address this node advertises to its peers.
+func (n *Node) Addr() string { return string(n.transport.LocalAddr()) }
+
+// ID returns this node's raft server ID.
+func (n *Node) ID() string { return n.cfg.ID }
+
+// BootstrapCluster bootstraps a new cluster whose voters are exactly peers,
+// which must include this node (an empty Addr for it means Addr()). It
+// fails if the node already has raft state. Config.Bootstrap calls it from
+// New; call it directly when the peers' addresses are only known after
+// New (e.g. ports chosen by the OS).
+func (n *Node) BootstrapCluster(peers []Peer) error {
+	if err := validatePeers(n.cfg.ID, peers); err != nil {
+		return err
+	}
+	var conf raft.Configuration
+	for _, p := range peers {
+		addr := p.Addr
+		if p.ID == n.cfg.ID && addr == "" {
+			addr = n.Addr()
+		}
+		conf.Servers = append(conf.Servers, raft.Server{
+			ID: raft.ServerID(p.ID), Address: raft.ServerAddress(addr), Suffrage: raft.Voter,
+		})
+	}
+	if err := n.raft.BootstrapCluster(conf).Error(); err != nil {
+		return fmt.Errorf("raftnode: bootstrap: %w", err)
+	}
+	n.logger.Info("bootstrapped cluster", "servers", conf.Servers)
+	return nil
+}
+
+// Shutdown stops the node: if it is the leader and there are other voters,
+// it first tries to hand leadership over (bounded by ctx and by a few
+// election timeouts; skipped if ctx is already done), then stops raft and
+// closes the transport and the store. It is idempotent; later calls return
+// the first call's result.
+func (n *Node) Shutdown(ctx context.Context) error {
+	n.shutdownOnce.Do(func() { n.shutdownErr = n.shutdown(ctx) })
+	return n.shutdownErr
+}
+
+func (n *Node) shutdown(ctx context.Context) error {
+	close(n.closing)
+	if ctx.Err() == nil && n.raft.State() == raft.Leader && n.otherVoters() > 0 {
+		tctx, cancel := context.WithTimeout(ctx, 4*n.cfg.ElectionTimeout+time.Second)
+		err := n.TransferLeadership(tctx)
+		cancel()
+		if err != nil {
+			n.logger.Warn("leadership transfer before shutdown failed", "error", err)
+		}
+	}
+	err := n.stopRaft()
+	if cerr := n.closeResources(); cerr != nil {
+		err = errors.Join(err, cerr)
+	}
+	n.logger.Info("raft node stopped", "id", n.cfg.ID)
+	return err
+}
+
+// stopRaft stops raft and this package's goroutines, and closes the
+// leadership subscriptions.
+func (n *Node) stopRaft() error {
+	err := n.raft.Shutdown().Error()
+	close(n.stopped)
+	n.wg.Wait()
+	n.leadership.close()
+	return err
+}
+
+// closeResources closes the transport and the store, whichever are open.
+func (n *Node) closeResources() error {
+	var errs []error
+	if n.transport != nil {
+		n.transport.CloseStreams()
+		errs = append(errs, n.transport.Close())
+	}
+	if n.store != nil {
+		errs = append(errs, n.store.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// otherVoters counts the voters other than this node in the latest
+// configuration.
+func (n *Node) otherVoters() int {
+	f := n.raft.GetConfiguration()
+	if f.Error() != nil {
+		return 0
+	}
+	count := 0
+	for _, s := range f.Configuration().Servers {
+		if s.Suffrage == raft.Voter && string(s.ID) != n.cfg.ID {
+			count++
+		}
+	}
+	return count
+}

@@ -1,0 +1,213 @@
+package lockcluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+	"unicode/utf8"
+
+	"google.golang.org/grpc/codes"
+
+	pb "github.com/lockcluster/lockcluster/api/lockclusterv1"
+)
+
+// Request is navigator.locks.request: it waits for the lock on name (and
+// opts.Scope), runs fn while holding it, and releases it when fn returns,
+// fails or panics. It returns fn's error.
+//
+// With IfAvailable, if the lock cannot be granted at once fn runs with a
+// nil *Lock (that is not an error). Cancelling ctx before the grant aborts
+// the request: Request returns an error matching ErrAborted and ctx's
+// cause. The ctx given to fn is cancelled when ctx is, or when the lock is
+// lost, with cause ErrStolen or ErrSessionLost (context.Cause).
+func (c *Client) Request(ctx context.Context, name string, opts Options, fn func(ctx context.Context, l *Lock) error) (err error) {
+	l, err := c.acquire(ctx, ctx, name, opts)
+	if errors.Is(err, errNotAvailable) {
+		return fn(ctx, nil)
+	}
+	if err != nil {
+		return err
+	}
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		rerr := l.Release(rctx)
+		if p := recover(); p != nil {
+			panic(p)
+		}
+		if err == nil && rerr != nil {
+			err = fmt.Errorf("releasing lock %q: %w", name, rerr)
+		}
+	}()
+	return fn(l.Context(), l)
+}
+
+// Acquire waits for the lock and returns it; the caller must Release it.
+// With IfAvailable it returns ErrNotAvailable if the lock cannot be granted
+// at once. The Lock's context is independent of ctx, which only bounds the
+// wait (cancelling it before the grant aborts the request).
+func (c *Client) Acquire(ctx context.Context, name string, opts Options) (*Lock, error) {
+	return c.acquire(ctx, context.Background(), name, opts)
+}
+
+func aborted(cause error) error {
+	if errors.Is(cause, ErrAborted) {
+		return cause
+	}
+	return fmt.Errorf("%w: %w", ErrAborted, cause)
+}
+
+func (c *Client) acquire(ctx, parent context.Context, name string, opts Options) (*Lock, error) {
+	if ctx.Err() != nil { // spec §3.2.1 step 9: nothing is sent
+		return nil, aborted(context.Cause(ctx))
+	}
+	names := append([]string{name}, opts.Scope...)
+	for _, n := range names {
+		if !utf8.ValidString(n) {
+			// Protobuf strings must be UTF-8: say so before gRPC does.
+			return nil, &Error{Name: "TypeError", Code: codes.InvalidArgument, Reason: pb.ErrorReason_INVALID, Message: fmt.Sprintf("name %q is not valid UTF-8", n)}
+		}
+	}
+	mode := pb.Mode_MODE_EXCLUSIVE
+	if opts.Mode == Shared {
+		mode = pb.Mode_MODE_SHARED
+	}
+	s, err := c.session(ctx)
+	if err != nil {
+		return nil, err
+	}
+	r := s.newRequest(parent, names, opts.Mode)
+	req := &pb.LockRequest{Namespace: c.cfg.namespace, SessionId: s.id, RequestId: r.id, Names: names, Mode: mode,
+		IfAvailable: opts.IfAvailable, Steal: opts.Steal,
+		// A Go request always has a context, its AbortSignal; requests that
+		// never wait (ifAvailable, steal) have nothing to abort.
+		Signal: !opts.IfAvailable && !opts.Steal}
+	var resp *pb.LockResponse
+	err = c.call(ctx, func(ctx context.Context, lc pb.LocksClient) error {
+		req.AckBelow = s.ackBelow()
+		var err error
+		resp, err = lc.Request(ctx, req)
+		return err
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			// The request may have reached the cluster: abort it.
+			return nil, s.abort(ctx, r)
+		}
+		s.forget(r)
+		return nil, err
+	}
+	c.seen(resp.Index)
+	s.mu.Lock()
+	s.apply(r, resp.Status, resp.Token, resp.AcquiredAt.AsTime(), resp.Cause, resp.Reason)
+	s.mu.Unlock()
+	select {
+	case o := <-r.done:
+		return s.result(r, o)
+	case <-ctx.Done():
+		return nil, s.abort(ctx, r)
+	}
+}
+
+func (s *session) result(r *request, o outcome) (*Lock, error) {
+	if o.err == nil {
+		return r.lock, nil
+	}
+	if errors.Is(o.err, errNotAvailable) {
+		return nil, o.err
+	}
+	return nil, aborted(o.err)
+}
+
+// abort aborts r after its caller's ctx ended. If the grant won the race
+// the cluster releases the lock; either way the caller gets an AbortError
+// with ctx's cause.
+func (s *session) abort(ctx context.Context, r *request) error {
+	cause := context.Cause(ctx)
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	err := s.c.call(actx, func(actx context.Context, lc pb.LocksClient) error {
+		resp, err := lc.Abort(actx, &pb.AbortRequest{Namespace: s.c.cfg.namespace, SessionId: s.id, RequestId: r.id, Reason: cause.Error(), AckBelow: s.ackBelow()})
+		if err == nil {
+			s.c.seen(resp.Index)
+		}
+		return err
+	})
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err != nil && !errors.Is(err, ErrSessionClosed) {
+		// Undelivered: if the lock is granted later, release it at once.
+		r.abandoned = true
+		if r.lock != nil && r.lock.lost == nil {
+			go r.lock.Release(context.Background())
+		}
+		return aborted(cause)
+	}
+	if r.lock != nil && r.lock.lost == nil {
+		r.lock.lost = aborted(cause)
+		r.lock.cancel(r.lock.lost)
+	}
+	r.resolved = true
+	delete(s.reqs, r.id)
+	return aborted(cause)
+}
+
+// LockInfo is one entry of a Query: the spec's LockInfo (name, mode,
+// clientId) and the cluster's extras.
+type LockInfo struct {
+	Name        string    `json:"name"`
+	Mode        string    `json:"mode"`
+	ClientID    string    `json:"clientId"`
+	Label       string    `json:"label,omitempty"`
+	SessionID   uint64    `json:"sessionId"`
+	RequestID   uint64    `json:"requestId"`
+	Token       uint64    `json:"token,omitempty"`
+	AcquiredAt  time.Time `json:"acquiredAt,omitzero"`
+	RequestedAt time.Time `json:"requestedAt,omitzero"`
+}
+
+// Snapshot is the spec's LockManagerSnapshot.
+type Snapshot struct {
+	Held    []LockInfo `json:"held"`
+	Pending []LockInfo `json:"pending"`
+}
+
+// Query returns a linearizable snapshot of the namespace's held and pending
+// locks: held in grant order, pending queue by queue.
+func (c *Client) Query(ctx context.Context) (Snapshot, error) {
+	var resp *pb.QueryResponse
+	err := c.call(ctx, func(ctx context.Context, lc pb.LocksClient) error {
+		var err error
+		resp, err = lc.Query(ctx, &pb.QueryRequest{Namespace: c.cfg.namespace})
+		return err
+	})
+	if err != nil {
+		return Snapshot{}, err
+	}
+	c.seen(resp.Index)
+	conv := func(in []*pb.LockInfo) []LockInfo {
+		out := make([]LockInfo, len(in))
+		for i, l := range in {
+			out[i] = LockInfo{Name: l.Name, Mode: Mode(l.Mode).String(), ClientID: l.ClientId, Label: l.Label, SessionID: l.SessionId,
+				RequestID: l.RequestId, Token: l.Token}
+			if l.AcquiredAt != nil {
+				out[i].AcquiredAt = l.AcquiredAt.AsTime()
+			}
+			if l.RequestedAt != nil {
+				out[i].RequestedAt = l.RequestedAt.AsTime()
+			}
+		}
+		return out
+	}
+	return Snapshot{Held: conv(resp.Held), Pending: conv(resp.Pending)}, nil
+}
+
+// SessionID is the id of the client's current session (0 if it has none).
+func (c *Client) SessionID() uint64 {
+	s, _ := c.live()
+	if s == nil {
+		return 0
+	}
+	return s.id
+}

@@ -1,0 +1,247 @@
+package lockcluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	pb "github.com/lockcluster/lockcluster/api/lockclusterv1"
+)
+
+// session is the client's side of a cluster session: its requests, the
+// event stream that resolves them, heartbeats, and jeopardy.
+type session struct {
+	c        *Client
+	id       uint64
+	clientID string
+	ttl      time.Duration
+	ctx      context.Context // ends with the session
+	cancel   context.CancelCauseFunc
+
+	mu        sync.Mutex
+	nextID    uint64
+	reqs      map[uint64]*request // outstanding: pending, held, or abandoned
+	lastSeq   uint64              // the last event seq applied
+	lastAcked time.Time           // send time of the last acknowledged heartbeat
+	hbSent    map[uint64]time.Time
+	hbNext    uint64
+	connected bool
+}
+
+// session returns the client's live session, opening one if there is none
+// (at Dial, or after the last one was lost).
+func (c *Client) session(ctx context.Context) (*session, error) {
+	if s, err := c.live(); s != nil || err != nil {
+		return s, err
+	}
+	c.openMu.Lock() // one caller opens; the others wait for its session
+	defer c.openMu.Unlock()
+	if s, err := c.live(); s != nil || err != nil {
+		return s, err
+	}
+	sent := time.Now()
+	var resp *pb.OpenSessionResponse
+	err := c.call(ctx, func(ctx context.Context, lc pb.LocksClient) error {
+		var err error
+		resp, err = lc.OpenSession(ctx, &pb.OpenSessionRequest{Namespace: c.cfg.namespace, Label: c.cfg.label, Ttl: durationpb.New(c.cfg.ttl)})
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	s := &session{c: c, id: resp.SessionId, clientID: resp.ClientId, ttl: resp.Ttl.AsDuration(), nextID: 1,
+		reqs: map[uint64]*request{}, lastAcked: sent, hbSent: map[uint64]time.Time{}}
+	s.ctx, s.cancel = context.WithCancelCause(context.Background())
+	c.mu.Lock()
+	if resp.Index > c.maxIndex {
+		c.maxIndex = resp.Index
+	}
+	closed := c.closed
+	if !closed {
+		c.sess = s
+	}
+	c.mu.Unlock()
+	if closed {
+		go c.closeQuietly(s.id)
+		return nil, fmt.Errorf("%w: the client is closed", ErrSessionClosed)
+	}
+	go s.run()
+	go s.watch()
+	return s, nil
+}
+
+// live returns the current session if it has not ended.
+func (c *Client) live() (*session, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, fmt.Errorf("%w: the client is closed", ErrSessionClosed)
+	}
+	if c.sess != nil && c.sess.ctx.Err() == nil {
+		return c.sess, nil
+	}
+	return nil, nil
+}
+
+func (c *Client) closeQuietly(id uint64) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_ = c.call(ctx, func(ctx context.Context, lc pb.LocksClient) error {
+		_, err := lc.CloseSession(ctx, &pb.CloseSessionRequest{Namespace: c.cfg.namespace, SessionId: id})
+		return err
+	})
+}
+
+// end ends the session here: every pending request fails and every held
+// lock's context is cancelled with cause.
+func (s *session) end(cause error) {
+	s.mu.Lock()
+	if s.ctx.Err() != nil {
+		s.mu.Unlock()
+		return
+	}
+	s.cancel(cause)
+	for _, r := range s.reqs {
+		r.finish(outcome{lost: cause})
+	}
+	s.reqs = map[uint64]*request{}
+	s.mu.Unlock()
+	s.c.mu.Lock()
+	if s.c.sess == s {
+		s.c.sess = nil
+	}
+	s.c.mu.Unlock()
+}
+
+// watch ends the session when a whole TTL has passed since the send time of
+// the last acknowledged heartbeat (jeopardy, SPEC §4): by then the cluster
+// may expire it, so locks must be assumed lost before it can.
+func (s *session) watch() {
+	tick := time.NewTicker(max(s.ttl/20, 5*time.Millisecond))
+	defer tick.Stop()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-tick.C:
+		}
+		s.mu.Lock()
+		late := time.Since(s.lastAcked) > s.ttl
+		s.mu.Unlock()
+		if late {
+			s.end(fmt.Errorf("%w: no heartbeat acknowledged for a whole TTL (%s)", ErrSessionLost, s.ttl))
+			go s.c.closeQuietly(s.id)
+			return
+		}
+	}
+}
+
+// run keeps a session stream open, to one endpoint after another, for as
+// long as the session lives.
+func (s *session) run() {
+	backoff := 20 * time.Millisecond
+	for s.ctx.Err() == nil {
+		cc, i := s.c.conn()
+		err := s.stream(pb.NewLocksClient(cc))
+		if s.ctx.Err() != nil {
+			return
+		}
+		if st, ok := status.FromError(err); ok && st.Code() == codes.FailedPrecondition {
+			s.end(fmt.Errorf("%w: %s", ErrSessionLost, st.Message()))
+			return
+		}
+		s.c.rotate(i)
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 500*time.Millisecond)
+	}
+}
+
+// stream runs one session stream until it fails.
+func (s *session) stream(lc pb.LocksClient) error {
+	ctx, cancel := context.WithCancel(s.ctx)
+	defer cancel()
+	st, err := lc.Session(ctx)
+	if err != nil {
+		return err
+	}
+	s.c.mu.Lock()
+	minIndex := s.c.maxIndex
+	s.c.mu.Unlock()
+	if err := st.Send(&pb.SessionUp{Kind: &pb.SessionUp_Attach{Attach: &pb.Attach{Namespace: s.c.cfg.namespace, SessionId: s.id, MinIndex: minIndex}}}); err != nil {
+		return err
+	}
+	first, err := st.Recv()
+	if err != nil {
+		return err
+	}
+	synced := first.GetSynced()
+	if synced == nil {
+		return errors.New("session stream did not start with a sync")
+	}
+	s.sync(synced)
+	sendErr := make(chan error, 1)
+	go func() { sendErr <- s.heartbeat(ctx, st) }()
+	for {
+		m, err := st.Recv()
+		if err != nil {
+			return err
+		}
+		switch k := m.Kind.(type) {
+		case *pb.SessionDown_HeartbeatAck:
+			s.acked(k.HeartbeatAck.Id)
+		case *pb.SessionDown_Event:
+			s.event(k.Event)
+		}
+		select {
+		case err := <-sendErr:
+			return err
+		default:
+		}
+	}
+}
+
+// heartbeat sends a heartbeat every TTL/3, at once first.
+func (s *session) heartbeat(ctx context.Context, st pb.Locks_SessionClient) error {
+	tick := time.NewTicker(max(s.ttl/3, 10*time.Millisecond))
+	defer tick.Stop()
+	for {
+		s.mu.Lock()
+		s.hbNext++
+		id := s.hbNext
+		s.hbSent[id] = time.Now()
+		s.mu.Unlock()
+		if err := st.Send(&pb.SessionUp{Kind: &pb.SessionUp_Heartbeat{Heartbeat: &pb.Heartbeat{Id: id}}}); err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
+}
+
+func (s *session) acked(id uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if sent, ok := s.hbSent[id]; ok {
+		if sent.After(s.lastAcked) {
+			s.lastAcked = sent
+		}
+		for k := range s.hbSent {
+			if k <= id {
+				delete(s.hbSent, k)
+			}
+		}
+	}
+}
