@@ -10,7 +10,7 @@ import (
 )
 
 // Defaults applied by New to zero-valued Config fields. The timeouts are
-// tuned for a LAN (see /work/shared/ECOSYSTEM.md: elections take about 1 s
+// tuned for a LAN (per the project's ECOSYSTEM.md, elections take about 1 s
 // instead of about 2 s with raft's own defaults).
 const (
 	DefaultHeartbeatTimeout   = 500 * time.Millisecond

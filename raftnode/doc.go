@@ -29,5 +29,5 @@
 // Everything logs through the hclog.Logger in Config.
 //
 // Build and test with -tags hashicorpmetrics, and keep
-// github.com/hashicorp/raft at v1.7.3 (see /work/shared/ECOSYSTEM.md).
+// github.com/hashicorp/raft at v1.7.3 (see ECOSYSTEM.md in the project notes).
 package raftnode
