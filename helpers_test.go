@@ -25,7 +25,7 @@ func TestMain(m *testing.M) {
 
 // shared is one 3-node cluster for the tests that do not stop nodes; each
 // of them uses names of its own.
-func shared(t *testing.T) *nodetest.Cluster {
+func shared(*testing.T) *nodetest.Cluster {
 	sharedOnce.Do(func() { sharedCluster = nodetest.Start(mainT, 3, nodetest.Options{Quiet: true}) })
 	return sharedCluster
 }

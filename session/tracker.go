@@ -82,7 +82,7 @@ func (t *Tracker) Lead(sessions []Info) {
 	t.leading = true
 	t.termCtx, t.stop = context.WithCancel(context.Background())
 	now := t.cfg.Now()
-	t.lastSlot = t.slot(now) - 1
+	t.lastSlot = t.reached(now)
 	for _, s := range sessions {
 		t.armLocked(s.ID, s.TTL, now)
 	}
@@ -163,8 +163,16 @@ func (t *Tracker) Touch(ids ...uint64) (unknown []uint64, ok bool) {
 	return unknown, true
 }
 
+// slot is the wheel slot of a deadline: the first tick boundary at or after
+// it. A slot fires once the clock has reached its boundary (see Due), so a
+// deadline never fires early.
 func (t *Tracker) slot(at time.Time) int64 {
 	return (at.UnixNano() + int64(t.cfg.Tick) - 1) / int64(t.cfg.Tick)
+}
+
+// reached is the last slot whose boundary the clock has reached at now.
+func (t *Tracker) reached(now time.Time) int64 {
+	return now.UnixNano() / int64(t.cfg.Tick)
 }
 
 func (t *Tracker) armLocked(id uint64, ttl time.Duration, now time.Time) {
@@ -184,7 +192,7 @@ func (t *Tracker) Due(now time.Time) []uint64 {
 		return nil
 	}
 	var out []uint64
-	cur := t.slot(now)
+	cur := t.reached(now)
 	if cur-t.lastSlot > int64(len(t.wheel))+1 {
 		// A long gap: visit the slots that exist rather than every slot.
 		for s := range t.wheel {
@@ -205,7 +213,10 @@ func (t *Tracker) fireLocked(s int64, now time.Time, out []uint64) []uint64 {
 	for _, id := range t.wheel[s] {
 		d, ok := t.due[id]
 		if !ok || t.expiring[id] || d.After(now) {
-			continue // ended, already expiring, or renewed into a later slot
+			// Ended, already expiring, or renewed: a renewal put the id in
+			// the slot of its new deadline, later than this one (this slot's
+			// boundary has passed, so the old deadline had too).
+			continue
 		}
 		t.expiring[id] = true
 		out = append(out, id)

@@ -175,3 +175,19 @@ func TestFollowStopsRetries(t *testing.T) {
 	cancel()
 	<-done
 }
+
+// A deadline that falls inside a tick fires at the end of that tick: never
+// before the deadline, and never lost because a slot was visited early.
+func TestDeadlineInsideATickFiresOnce(t *testing.T) {
+	clock := &fakeClock{t: time.Unix(1000, 0)}
+	tr := New(Config{Tick: 100 * time.Millisecond, Now: clock.Now, Expirer: &recorder{}})
+	tr.Lead([]Info{{ID: 1, TTL: 1050 * time.Millisecond}}) // due at 1001.05
+	clock.Advance(1010 * time.Millisecond)                  // 1001.01, same tick
+	if due := tr.Due(clock.Now()); len(due) != 0 {
+		t.Fatalf("expired before its deadline: %v", due)
+	}
+	clock.Advance(100 * time.Millisecond) // 1001.11: the tick has ended
+	if due := tr.Due(clock.Now()); !slices.Equal(due, []uint64{1}) {
+		t.Fatalf("due %v, want [1]", due)
+	}
+}

@@ -2,6 +2,8 @@ package server
 
 import (
 	"context"
+	"crypto/rand"
+	"fmt"
 
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -41,7 +43,8 @@ func (s *Server) OpenSession(ctx context.Context, req *pb.OpenSessionRequest) (*
 		}
 		ttl = req.Ttl.AsDuration()
 	}
-	cmd := &fsm.OpenSession{Namespace: req.Namespace, Label: req.Label, TTL: int64(ttl)}
+	// The spec's clientId is a UUID; the leader stamps it into the entry.
+	cmd := &fsm.OpenSession{Namespace: req.Namespace, Label: req.Label, TTL: int64(ttl), ClientID: newClientID()}
 	ap, idx, fwd, err := write(s, ctx, cmd, func(ctx context.Context, c pb.LocksClient) (*pb.OpenSessionResponse, error) {
 		return c.OpenSession(ctx, req)
 	})
@@ -137,4 +140,13 @@ func deref[T any](p *T) T {
 		return zero
 	}
 	return *p
+}
+
+// newClientID returns a random (version 4) UUID.
+func newClientID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
 }

@@ -1,0 +1,95 @@
+package main
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/lockcluster/lockcluster"
+)
+
+// Kill the leader (SIGKILL) while locks are held and requests are queued:
+// nothing is lost, no session expires because of it, the queued request is
+// granted after the failover, and new requests are granted again within 2s.
+func TestKillLeaderLosesNothing(t *testing.T) {
+	pc := startProcs(t, 3)
+	// A short TTL, so that the test can wait out a whole TTL after the
+	// failover; it must still outlast the election.
+	const ttl = 3 * time.Second
+	opt := lockcluster.WithTTL(ttl)
+	holder, waiter, other := dialT(t, pc.addrs(), opt), dialT(t, pc.addrs(), opt), dialT(t, pc.addrs(), opt)
+	sessions := []uint64{holder.SessionID(), waiter.SessionID(), other.SessionID()}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	held, err := holder.Acquire(ctx, "x", lockcluster.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	queued := make(chan *lockcluster.Lock, 1)
+	go func() {
+		l, err := waiter.Acquire(ctx, "x", lockcluster.Options{})
+		if err != nil {
+			t.Error(err)
+		}
+		queued <- l
+	}()
+	waitFor(t, 10*time.Second, "the waiter to queue", func() bool {
+		q, err := other.Query(ctx)
+		return err == nil && len(q.Pending) == 1
+	})
+	before, _ := other.Query(ctx)
+
+	leader := pc.leader(5 * time.Second)
+	killed := time.Now()
+	pc.kill(leader)
+
+	// A new request is granted within 2s of the kill.
+	l, err := other.Acquire(ctx, "fresh", lockcluster.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(killed); d > 2*time.Second {
+		t.Errorf("first grant after the leader's death took %s, want <= 2s", d)
+	}
+	t.Logf("first grant %s after the kill", time.Since(killed).Round(time.Millisecond))
+	l.Release(ctx)
+
+	// The held lock and the queue survived, and no session expired.
+	after, err := other.Query(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(after.Held) != 1 || after.Held[0].Token != held.Token() || len(after.Pending) != 1 || after.Pending[0].SessionID != before.Pending[0].SessionID {
+		t.Fatalf("state after failover: %+v, before: %+v", after, before)
+	}
+	select {
+	case <-held.Done():
+		t.Fatalf("the holder lost its lock in the failover: %v", held.Err())
+	default:
+	}
+	// The queued request is granted when the holder releases.
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var granted *lockcluster.Lock
+	select {
+	case granted = <-queued:
+		if granted == nil || granted.Token() <= held.Token() {
+			t.Fatalf("queued lock %+v", granted)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the queued request was not granted after the failover")
+	}
+	// No session expired, even a whole TTL after the failover: the new
+	// leader re-armed every session with a full TTL.
+	waitFor(t, 2*ttl, "a TTL to pass since the failover", func() bool { return time.Since(killed) > ttl+time.Second })
+	for i, c := range []*lockcluster.Client{holder, waiter, other} {
+		if c.SessionID() != sessions[i] {
+			t.Errorf("client %d's session %d ended; it is now on session %d", i, sessions[i], c.SessionID())
+		}
+	}
+	if err := granted.Err(); err != nil {
+		t.Errorf("the waiter's lock was lost after the failover: %v", err)
+	}
+}

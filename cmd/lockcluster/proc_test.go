@@ -1,0 +1,206 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/lockcluster/lockcluster"
+)
+
+// These tests run the real binary: a cluster of 'lockcluster serve'
+// processes on loopback, which a test can SIGKILL.
+
+var (
+	binOnce sync.Once
+	binPath string
+	binErr  error
+)
+
+// binary builds the lockcluster binary once per test run.
+func binary(t *testing.T) string {
+	t.Helper()
+	binOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "lockcluster-bin-")
+		if err != nil {
+			binErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "lockcluster")
+		out, err := exec.Command("go", "build", "-tags", "hashicorpmetrics", "-o", binPath, ".").CombinedOutput()
+		if err != nil {
+			binErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if binErr != nil {
+		t.Fatal(binErr)
+	}
+	return binPath
+}
+
+func freePort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+type proc struct {
+	id, grpc, raft, http string
+	args                 []string
+	cmd                  *exec.Cmd
+	log                  string
+	done                 chan struct{}
+}
+
+type procCluster struct {
+	t     *testing.T
+	bin   string
+	nodes []*proc
+}
+
+func startProcs(t *testing.T, n int) *procCluster {
+	t.Helper()
+	pc := &procCluster{t: t, bin: binary(t)}
+	dir := t.TempDir()
+	var peers []string
+	for i := 0; i < n; i++ {
+		p := &proc{id: fmt.Sprintf("node%d", i), grpc: freePort(t), raft: freePort(t), http: freePort(t)}
+		p.log = filepath.Join(dir, p.id+".log")
+		pc.nodes = append(pc.nodes, p)
+		peers = append(peers, p.id+"="+p.raft)
+	}
+	for _, p := range pc.nodes {
+		p.args = []string{"serve", "--id", p.id, "--data-dir", filepath.Join(dir, p.id), "--grpc-addr", p.grpc,
+			"--raft-addr", p.raft, "--http-addr", p.http, "--bootstrap", strings.Join(peers, ",")}
+		pc.start(p)
+	}
+	t.Cleanup(func() {
+		for _, p := range pc.nodes {
+			pc.signal(p, syscall.SIGTERM)
+		}
+		for _, p := range pc.nodes {
+			pc.wait(p)
+		}
+		if t.Failed() {
+			for _, p := range pc.nodes {
+				b, _ := os.ReadFile(p.log)
+				t.Logf("--- %s log:\n%s", p.id, b)
+			}
+		}
+	})
+	pc.leader(15 * time.Second)
+	return pc
+}
+
+func (pc *procCluster) start(p *proc) {
+	pc.t.Helper()
+	f, err := os.OpenFile(p.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		pc.t.Fatal(err)
+	}
+	p.cmd = exec.Command(pc.bin, p.args...)
+	p.cmd.Stdout, p.cmd.Stderr = f, f
+	p.cmd.Env = append(os.Environ(), "NO_COLOR=1")
+	if err := p.cmd.Start(); err != nil {
+		pc.t.Fatal(err)
+	}
+	p.done = make(chan struct{})
+	go func(cmd *exec.Cmd, done chan struct{}) { cmd.Wait(); f.Close(); close(done) }(p.cmd, p.done)
+}
+
+func (pc *procCluster) signal(p *proc, s syscall.Signal) {
+	if p.cmd != nil && p.cmd.Process != nil {
+		p.cmd.Process.Signal(s)
+	}
+}
+
+func (pc *procCluster) wait(p *proc) {
+	if p.done == nil {
+		return
+	}
+	select {
+	case <-p.done:
+	case <-time.After(20 * time.Second):
+		p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+// kill SIGKILLs node i and waits for it to be gone.
+func (pc *procCluster) kill(i int) {
+	pc.signal(pc.nodes[i], syscall.SIGKILL)
+	pc.wait(pc.nodes[i])
+}
+
+func (pc *procCluster) addrs() []string {
+	var out []string
+	for _, p := range pc.nodes {
+		out = append(out, p.grpc)
+	}
+	return out
+}
+
+// leader waits until a running node reports itself leader and returns its
+// index.
+func (pc *procCluster) leader(d time.Duration) int {
+	pc.t.Helper()
+	a, err := lockcluster.DialAdmin(pc.addrs())
+	if err != nil {
+		pc.t.Fatal(err)
+	}
+	defer a.Close()
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		sts := a.Status(ctx)
+		cancel()
+		for i, st := range sts {
+			if st.Err == "" && st.State == "Leader" {
+				return i
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	pc.t.Fatalf("no leader within %s", d)
+	return -1
+}
+
+// waitFor polls cond until it holds or d passes.
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", d, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func dialT(t *testing.T, addrs []string, opts ...lockcluster.Option) *lockcluster.Client {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := lockcluster.Dial(ctx, addrs, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		c.Close(ctx)
+	})
+	return c
+}
