@@ -126,8 +126,9 @@ type request struct {
 	parent    context.Context // the lock's context derives from it
 	done      chan outcome    // the grant or the end of the pending request
 	resolved  bool
-	abandoned bool  // its caller gave up: release it if it is granted
-	lock      *Lock // set once granted
+	known     uint64 // the Raft index of the newest news of it
+	abandoned bool   // its caller gave up: release it if it is granted
+	lock      *Lock  // set once granted
 }
 
 type outcome struct {
@@ -251,6 +252,7 @@ func (s *session) event(e *pb.Event) {
 	if r == nil {
 		return
 	}
+	r.known = max(r.known, e.Index)
 	switch e.Kind {
 	case pb.Event_GRANTED:
 		s.apply(r, pb.Status_STATUS_GRANTED, e.Token, e.AcquiredAt.AsTime(), 0, "")
@@ -274,6 +276,11 @@ func (s *session) sync(m *pb.Synced) {
 		states[rs.RequestId] = rs
 	}
 	for id, r := range s.reqs {
+		if r.known > m.Index {
+			// The node synced from is behind what the client already knows
+			// of this request (a response from the leader overtook it).
+			continue
+		}
 		rs := states[id]
 		if rs == nil {
 			if r.lock != nil { // held, and the cluster no longer knows it
@@ -287,7 +294,7 @@ func (s *session) sync(m *pb.Synced) {
 		}
 		s.apply(r, rs.Status, rs.Token, rs.AcquiredAt.AsTime(), rs.Cause, rs.Reason)
 	}
-	s.lastSeq = m.EventSeq
+	s.lastSeq = max(s.lastSeq, m.EventSeq)
 	s.connected = true
 }
 

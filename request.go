@@ -100,6 +100,7 @@ func (c *Client) acquire(ctx, parent context.Context, name string, opts Options)
 	}
 	c.seen(resp.Index)
 	s.mu.Lock()
+	r.known = max(r.known, resp.Index)
 	s.apply(r, resp.Status, resp.Token, resp.AcquiredAt.AsTime(), resp.Cause, resp.Reason)
 	s.mu.Unlock()
 	select {

@@ -182,7 +182,7 @@ func TestDeadlineInsideATickFiresOnce(t *testing.T) {
 	clock := &fakeClock{t: time.Unix(1000, 0)}
 	tr := New(Config{Tick: 100 * time.Millisecond, Now: clock.Now, Expirer: &recorder{}})
 	tr.Lead([]Info{{ID: 1, TTL: 1050 * time.Millisecond}}) // due at 1001.05
-	clock.Advance(1010 * time.Millisecond)                  // 1001.01, same tick
+	clock.Advance(1010 * time.Millisecond)                 // 1001.01, same tick
 	if due := tr.Due(clock.Now()); len(due) != 0 {
 		t.Fatalf("expired before its deadline: %v", due)
 	}
