@@ -94,10 +94,11 @@ func (a *applier) request(c *Request) Result {
 	return Result{Status: StatusGranted, Token: r.token, AcquiredAt: r.acquiredAt}
 }
 
-// admit makes r a live request of its session.
+// admit makes r a live request of its session, with a slot per name.
 func (a *applier) admit(r *request) {
 	a.st.requests[r.key()] = r
 	r.sess.pushLive(r)
+	a.slots(r)
 }
 
 // release is spec §4.2 for the lock granted to a request. A repeated release

@@ -9,6 +9,8 @@ import (
 // the read methods may be called from any goroutine at any time.
 type Machine struct {
 	mu sync.RWMutex // Apply and Restore write; readers read
+	// snapMu serialises snapshot encoders: they number the requests.
+	snapMu sync.Mutex
 	st *state
 	a  applier // reused between entries: its work list keeps its capacity
 }

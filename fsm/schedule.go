@@ -91,6 +91,19 @@ func (a *applier) process() {
 	a.work = a.work[:0]
 }
 
+// slots gives r one slot per name, each with the name's resource (created
+// if need be): the resources r will queue on or hold.
+func (a *applier) slots(r *request) {
+	if len(r.names) == 1 {
+		r.waiters = r.w1[:1]
+	} else {
+		r.waiters = make([]waiter, len(r.names))
+	}
+	for i, n := range r.names {
+		r.waiters[i] = waiter{req: r, res: a.resource(n)}
+	}
+}
+
 // grant adds r to the held lock set (spec §4.4 step 2.1.10) with this
 // entry's index as its fencing token, and tells its session.
 func (a *applier) grant(r *request) {
@@ -98,8 +111,8 @@ func (a *applier) grant(r *request) {
 	r.token = a.index
 	r.acquiredAt = a.time
 	a.ns.pushHeld(r)
-	for _, n := range r.names {
-		res := a.resource(n)
+	for i := range r.waiters {
+		res := r.waiters[i].res
 		res.holders = append(res.holders, r)
 	}
 	a.ns.nHeld++
@@ -111,15 +124,8 @@ func (a *applier) grant(r *request) {
 // enqueue puts r at the end of the queue of every one of its names (spec
 // §4.1 step 2.5.2, for a whole scope at once).
 func (a *applier) enqueue(r *request) {
-	if len(r.names) == 1 {
-		r.waiters = r.w1[:1]
-	} else {
-		r.waiters = make([]waiter, len(r.names))
-	}
-	for i, n := range r.names {
-		w := &r.waiters[i]
-		w.req, w.res = r, a.resource(n)
-		a.ns.enqueue(w)
+	for i := range r.waiters {
+		a.ns.enqueue(&r.waiters[i])
 	}
 	a.ns.nPending++
 	r.sess.nPending++
@@ -133,9 +139,7 @@ func (a *applier) unqueue(r *request) {
 		w := &r.waiters[i]
 		a.ns.dequeue(w)
 		a.touch(w.res)
-		w.req, w.res = nil, nil
 	}
-	r.waiters = nil
 	a.ns.nPending--
 	r.sess.nPending--
 	a.st.nPending--
@@ -145,8 +149,8 @@ func (a *applier) unqueue(r *request) {
 // queues on the work list (step 7).
 func (a *applier) unhold(r *request) {
 	a.ns.unlinkHeld(r)
-	for _, n := range r.names {
-		res := a.ns.resources[n]
+	for k := range r.waiters {
+		res := r.waiters[k].res
 		for i, h := range res.holders {
 			if h == r {
 				copy(res.holders[i:], res.holders[i+1:])

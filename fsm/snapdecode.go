@@ -2,9 +2,11 @@ package fsm
 
 import "fmt"
 
-// decodeSessions reads the sessions with their live requests. The requests
-// are linked into their namespaces afterwards, by decodeNamespaces.
-func decodeSessions(d *decoder, st *state) error {
+// decodeSessions reads the sessions with their live requests, and returns
+// the requests in snapshot order. They are linked into their namespaces
+// afterwards, by decodeNamespaces.
+func decodeSessions(d *decoder, st *state) ([]*request, error) {
+	all := make([]*request, 0, len(st.requests))
 	n := d.count(8)
 	var prev uint64
 	for i := 0; i < n && d.err == nil; i++ {
@@ -16,7 +18,7 @@ func decodeSessions(d *decoder, st *state) error {
 			break
 		}
 		if i > 0 && s.id <= prev {
-			return fmt.Errorf("fsm: snapshot sessions out of order at %d", s.id)
+			return nil, fmt.Errorf("fsm: snapshot sessions out of order at %d", s.id)
 		}
 		prev = s.id
 		ns := st.namespaces[nsName]
@@ -33,7 +35,7 @@ func decodeSessions(d *decoder, st *state) error {
 				o := &s.finished[j]
 				o.id, o.status, o.cause, o.token, o.reason = d.uvarint(), Status(d.byte1()), Cause(d.byte1()), d.uvarint(), d.str()
 				if d.err == nil && j > 0 && o.id <= s.finished[j-1].id {
-					return fmt.Errorf("fsm: snapshot outcomes of session %d out of order", s.id)
+					return nil, fmt.Errorf("fsm: snapshot outcomes of session %d out of order", s.id)
 				}
 			}
 		}
@@ -52,12 +54,13 @@ func decodeSessions(d *decoder, st *state) error {
 				break
 			}
 			if len(r.names) == 0 || r.id == 0 {
-				return fmt.Errorf("fsm: snapshot request %d of session %d is malformed", r.id, s.id)
+				return nil, fmt.Errorf("fsm: snapshot request %d of session %d is malformed", r.id, s.id)
 			}
 			if _, dup := st.requests[r.key()]; dup {
-				return fmt.Errorf("fsm: snapshot has request %d of session %d twice", r.id, s.id)
+				return nil, fmt.Errorf("fsm: snapshot has request %d of session %d twice", r.id, s.id)
 			}
 			st.requests[r.key()] = r
+			all = append(all, r)
 			s.pushLive(r)
 			if r.held {
 				s.nHeld++
@@ -66,12 +69,12 @@ func decodeSessions(d *decoder, st *state) error {
 			}
 		}
 	}
-	return nil
+	return all, nil
 }
 
 // decodeNamespaces reads each namespace's held set and queues and links the
 // requests into them.
-func decodeNamespaces(d *decoder, st *state) error {
+func decodeNamespaces(d *decoder, st *state, all []*request) error {
 	var names uint64
 	for _, r := range st.requests {
 		names += uint64(len(r.names))
@@ -81,15 +84,14 @@ func decodeNamespaces(d *decoder, st *state) error {
 		return fmt.Errorf("fsm: snapshot has %d namespaces for sessions of %d", n, len(st.namespaces))
 	}
 	ref := func(ns *namespace) (*request, error) {
-		k := reqKey{d.uvarint(), d.uvarint()}
-		r := st.requests[k]
+		i := d.uvarint()
 		if d.err != nil {
 			return nil, d.err
 		}
-		if r == nil || r.sess.ns != ns {
-			return nil, fmt.Errorf("fsm: snapshot of namespace %s names request %d of session %d, which it does not have", quote(ns.name), k.id, k.session)
+		if i >= uint64(len(all)) || all[i].sess.ns != ns {
+			return nil, fmt.Errorf("fsm: snapshot of namespace %s names request #%d, which it does not have", quote(ns.name), i)
 		}
-		return r, nil
+		return all[i], nil
 	}
 	for i := 0; i < n && d.err == nil; i++ {
 		name := d.str()
@@ -100,7 +102,7 @@ func decodeNamespaces(d *decoder, st *state) error {
 		// A size hint, bounded by the names the requests actually name.
 		ns.resources = make(map[string]*resource, min(d.uvarint(), names))
 		a := applier{st: st, ns: ns}
-		for k := d.count(2); k > 0 && d.err == nil; k-- {
+		for k := d.count(1); k > 0 && d.err == nil; k-- {
 			r, err := ref(ns)
 			if err != nil {
 				return err
@@ -109,8 +111,9 @@ func decodeNamespaces(d *decoder, st *state) error {
 				return fmt.Errorf("fsm: snapshot held set of %s lists request %d of session %d wrongly", quote(name), r.id, r.sess.id)
 			}
 			ns.pushHeld(r)
-			for _, n := range r.names {
-				res := a.resource(n)
+			a.slots(r)
+			for i := range r.waiters {
+				res := r.waiters[i].res
 				res.holders = append(res.holders, r)
 			}
 			ns.nHeld++
@@ -121,12 +124,12 @@ func decodeNamespaces(d *decoder, st *state) error {
 			if res.qhead != nil {
 				return fmt.Errorf("fsm: snapshot has the queue of %s twice", quote(res.name))
 			}
-			for k := d.count(2); k > 0 && d.err == nil; k-- {
+			for k := d.count(1); k > 0 && d.err == nil; k-- {
 				r, err := ref(ns)
 				if err != nil {
 					return err
 				}
-				if err := restoreWaiter(ns, r, res); err != nil {
+				if err := restoreWaiter(&a, r, res); err != nil {
 					return err
 				}
 			}
@@ -135,26 +138,21 @@ func decodeNamespaces(d *decoder, st *state) error {
 	return nil
 }
 
-func restoreWaiter(ns *namespace, r *request, res *resource) error {
+func restoreWaiter(a *applier, r *request, res *resource) error {
 	if r.held {
 		return fmt.Errorf("fsm: snapshot queues held request %d of session %d", r.id, r.sess.id)
 	}
 	if r.waiters == nil {
-		if len(r.names) == 1 {
-			r.waiters = r.w1[:1]
-		} else {
-			r.waiters = make([]waiter, len(r.names))
-		}
-		ns.nPending++
+		a.slots(r)
+		a.ns.nPending++
 	}
-	for i, n := range r.names {
-		if n == res.name {
-			w := &r.waiters[i]
-			if w.req != nil {
-				return fmt.Errorf("fsm: snapshot queues request %d of session %d twice on %s", r.id, r.sess.id, quote(n))
+	for i := range r.waiters {
+		w := &r.waiters[i]
+		if w.res == res {
+			if w.linked() {
+				return fmt.Errorf("fsm: snapshot queues request %d of session %d twice on %s", r.id, r.sess.id, quote(res.name))
 			}
-			w.req, w.res = r, res
-			ns.enqueue(w)
+			a.ns.enqueue(w)
 			return nil
 		}
 	}
@@ -173,7 +171,7 @@ func checkRestored(st *state) error {
 				continue
 			}
 			for i := range r.waiters {
-				if r.waiters[i].req == nil {
+				if !r.waiters[i].linked() {
 					return fmt.Errorf("fsm: snapshot request %d of session %d is missing from a queue", r.id, s.id)
 				}
 			}
@@ -193,27 +191,37 @@ func checkRestored(st *state) error {
 
 // checkScheduling verifies the lock rules on a restored state: no
 // conflicting holders, no grantable queue head, no token or id from the
-// future. A snapshot that breaks them would make this replica diverge.
+// future. A snapshot that breaks them would make this replica diverge. It
+// walks the held set and the queues, not the (larger) maps.
 func checkScheduling(st *state) error {
 	for _, s := range st.sessions {
 		if s.id > st.lastIndex {
 			return fmt.Errorf("fsm: snapshot session %d is newer than its last index %d", s.id, st.lastIndex)
 		}
 		for r := s.liveHead; r != nil; r = r.snext {
-			if r.index > st.lastIndex || r.token > st.lastIndex || (r.held && r.token == 0) {
-				return fmt.Errorf("fsm: snapshot request %d of session %d has index %d, token %d past last index %d", r.id, s.id, r.index, r.token, st.lastIndex)
+			if r.index > st.lastIndex || r.index < s.id {
+				return fmt.Errorf("fsm: snapshot request %d of session %d has index %d outside [%d, %d]", r.id, s.id, r.index, s.id, st.lastIndex)
 			}
 		}
 	}
 	for _, ns := range st.namespaces {
-		for _, res := range ns.resources {
-			for i, h := range res.holders {
-				if (h.mode == Exclusive && len(res.holders) > 1) || (i > 0 && h.token < res.holders[i-1].token) {
-					return fmt.Errorf("fsm: snapshot holders of %s in namespace %s conflict or are out of grant order", quote(res.name), quote(ns.name))
+		for r := ns.heldHead; r != nil; r = r.hnext {
+			if r.index > st.lastIndex || r.token > st.lastIndex || r.token == 0 {
+				return fmt.Errorf("fsm: snapshot request %d of session %d has index %d, token %d past last index %d", r.id, r.sess.id, r.index, r.token, st.lastIndex)
+			}
+			for i := range r.waiters {
+				res := r.waiters[i].res
+				if len(res.holders) > 1 && (r.mode == Exclusive || res.holders[0].mode == Exclusive) {
+					return fmt.Errorf("fsm: snapshot holders of %s in namespace %s conflict", quote(res.name), quote(ns.name))
 				}
 			}
-			if res.qhead != nil && grantable(res.qhead.req) {
-				return fmt.Errorf("fsm: snapshot queue of %s in namespace %s has a grantable head", quote(res.name), quote(ns.name))
+			if r.hprev != nil && r.token < r.hprev.token {
+				return fmt.Errorf("fsm: snapshot held set of namespace %s is out of grant order", quote(ns.name))
+			}
+		}
+		for res := ns.queueHead; res != nil; res = res.qnext {
+			if r := res.qhead.req; r.index > st.lastIndex || grantable(r) {
+				return fmt.Errorf("fsm: snapshot queue of %s in namespace %s has a grantable or future head", quote(res.name), quote(ns.name))
 			}
 		}
 	}

@@ -18,8 +18,9 @@ import (
 //	    floor, finished outcomes (id status cause token reason),
 //	    live requests in creation order (id index names mode signal
 //	    requested-at held token acquired-at)
-//	namespaces by name: the number of names in use, the held set in grant order and the queues in
-//	    creation order, each a list of (session, request id)
+//	namespaces by name: the number of names in use, the held set in grant
+//	    order and the queues in creation order, each a list of requests
+//	    given by their position in the sessions above
 //	CRC-32C of all of the above, 4 bytes little endian
 //
 // Everything is written in an order fixed by the state itself, so equal
@@ -34,6 +35,8 @@ var crcTable = crc32.MakeTable(crc32.Castagnoli)
 // Snapshot encodes the whole state. It holds the read lock while it encodes
 // and returns bytes that no later Apply changes.
 func (m *Machine) Snapshot() []byte {
+	m.snapMu.Lock()
+	defer m.snapMu.Unlock()
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	return encodeState(m.st)
@@ -81,6 +84,7 @@ func encodeState(st *state) []byte {
 	}
 	en.uvarint(uint64(len(st.requests))) // lets restore size its maps once
 
+	var ord uint32 // requests are referred to by their order in the snapshot
 	sids := make([]uint64, 0, len(st.sessions))
 	for id := range st.sessions {
 		sids = append(sids, id)
@@ -107,6 +111,8 @@ func encodeState(st *state) []byte {
 		}
 		en.uvarint(uint64(s.nHeld + s.nPending))
 		for r := s.liveHead; r != nil; r = r.snext {
+			r.ord = ord
+			ord++
 			en.uvarint(r.id)
 			en.uvarint(r.index)
 			en.uvarint(uint64(len(r.names)))
@@ -134,8 +140,7 @@ func encodeState(st *state) []byte {
 		en.uvarint(uint64(len(ns.resources)))
 		en.uvarint(uint64(ns.nHeld))
 		for r := ns.heldHead; r != nil; r = r.hnext {
-			en.uvarint(r.sess.id)
-			en.uvarint(r.id)
+			en.uvarint(uint64(r.ord))
 		}
 		var queues uint64
 		for res := ns.queueHead; res != nil; res = res.qnext {
@@ -150,8 +155,7 @@ func encodeState(st *state) []byte {
 			}
 			en.uvarint(n)
 			for w := res.qhead; w != nil; w = w.next {
-				en.uvarint(w.req.sess.id)
-				en.uvarint(w.req.id)
+				en.uvarint(uint64(w.req.ord))
 			}
 		}
 	}
@@ -182,10 +186,11 @@ func decodeState(b []byte) (*state, error) {
 		st.members[m.ID] = m
 	}
 	st.requests = make(map[reqKey]*request, d.count(10))
-	if err := decodeSessions(d, st); err != nil {
+	all, err := decodeSessions(d, st)
+	if err != nil {
 		return nil, err
 	}
-	if err := decodeNamespaces(d, st); err != nil {
+	if err := decodeNamespaces(d, st, all); err != nil {
 		return nil, err
 	}
 	if d.err == nil && len(d.b) != 0 {

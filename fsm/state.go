@@ -50,7 +50,8 @@ type resource struct {
 	inWork bool
 }
 
-// waiter is the place of a request in the queue of one of its names.
+// waiter is a request's slot for one of its names: the name's resource, and
+// while the request is pending, its place in that resource's queue.
 type waiter struct {
 	req        *request
 	res        *resource
@@ -65,8 +66,11 @@ type request struct {
 	names       []string
 	mode        Mode
 	signal      bool
+	ord         uint32 // its position in the last snapshot encoded (snapMu)
 	requestedAt int64
-	// While pending: one waiter per name. One-name requests use w1.
+	// One slot per name, holding the name's resource, from admission on;
+	// while pending, the slots are linked into the queues. One-name
+	// requests use w1, saving an allocation.
 	waiters []waiter
 	w1      [1]waiter
 	// While held.
@@ -108,7 +112,8 @@ type outcome struct {
 
 func (r *request) key() reqKey { return reqKey{r.sess.id, r.id} }
 
-func (r *request) queued() bool { return len(r.waiters) > 0 }
+// linked reports whether w is in its resource's queue.
+func (w *waiter) linked() bool { return w.prev != nil || w.res.qhead == w }
 
 // conflicts reports whether a held lock on res keeps a request of mode m
 // from being granted (spec §2.5 steps 8 and 9).
@@ -233,4 +238,14 @@ func (s *session) unlinkLive(r *request) {
 		s.liveTail = r.sprev
 	}
 	r.sprev, r.snext = nil, nil
+}
+
+// queued reports whether r sits in any queue.
+func (r *request) queued() bool {
+	for i := range r.waiters {
+		if r.waiters[i].linked() {
+			return true
+		}
+	}
+	return false
 }
