@@ -11,8 +11,8 @@ type Machine struct {
 	mu sync.RWMutex // Apply and Restore write; readers read
 	// snapMu serialises snapshot encoders: they number the requests.
 	snapMu sync.Mutex
-	st *state
-	a  applier // reused between entries: its work list keeps its capacity
+	st     *state
+	a      applier // reused between entries: its work list keeps its capacity
 }
 
 // New returns an empty lock manager with the default limits.
