@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
 	"github.com/spf13/cobra"
 
 	"github.com/lockcluster/lockcluster/api/node"
@@ -19,7 +20,7 @@ import (
 type serveConfig struct {
 	id, dataDir, grpcAddr, raftAddr, httpAddr string
 	advGRPC, advRaft, advHTTP                 string
-	bootstrap, join, logLevel                 string
+	bootstrap, join, logLevel, raftDial       string
 	heartbeat, election, lease                time.Duration
 }
 
@@ -39,6 +40,7 @@ func (c *serveConfig) settings() []setting {
 		{key: "election-timeout", usage: "raft: a candidate that has not won this long tries again", dur: &c.election},
 		{key: "leader-lease-timeout", usage: "raft: a leader that cannot reach a quorum this long steps down", dur: &c.lease},
 		{key: "log-level", usage: "trace, debug, info, warn or error", str: &c.logLevel},
+		{key: "raft-dial", usage: "dial these raft addresses instead of the members' own, id=host:port,... (routes raft traffic through a proxy, as the chaos tests do)", str: &c.raftDial},
 	}
 }
 
@@ -118,6 +120,13 @@ func (c *serveConfig) run() error {
 		cfg.Bootstrap = nil
 	}
 	cfg.Raft.HeartbeatTimeout, cfg.Raft.ElectionTimeout, cfg.Raft.LeaderLeaseTimeout = c.heartbeat, c.election, c.lease
+	if c.raftDial != "" {
+		dial, err := parsePeers(c.raftDial)
+		if err != nil {
+			return &exitError{code: exitUsage, msg: strings.Replace(err.Error(), "--bootstrap", "--raft-dial", 1)}
+		}
+		cfg.Raft.AddressProvider = dialOverride(dial)
+	}
 	n, err := node.Start(cfg)
 	if err != nil {
 		return err
@@ -130,4 +139,16 @@ func (c *serveConfig) run() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	return n.Close(ctx)
+}
+
+// dialOverride maps server ids to the addresses to dial instead of theirs.
+type dialOverride []raftnode.Peer
+
+func (d dialOverride) ServerAddr(id raft.ServerID) (raft.ServerAddress, error) {
+	for _, p := range d {
+		if p.ID == string(id) {
+			return raft.ServerAddress(p.Addr), nil
+		}
+	}
+	return "", fmt.Errorf("no --raft-dial address for %s", id)
 }
