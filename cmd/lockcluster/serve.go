@@ -44,10 +44,16 @@ func (c *serveConfig) settings() []setting {
 	}
 }
 
-func newServe() *cobra.Command {
+func defaultServeConfig() *serveConfig {
 	host, _ := os.Hostname()
-	c := &serveConfig{id: host, dataDir: "lockcluster-data", grpcAddr: "127.0.0.1:7700", raftAddr: "127.0.0.1:7701", httpAddr: "127.0.0.1:7702",
+	return &serveConfig{id: host, dataDir: "lockcluster-data", grpcAddr: "127.0.0.1:7700", raftAddr: "127.0.0.1:7701", httpAddr: "127.0.0.1:7702",
 		heartbeat: 500 * time.Millisecond, election: 500 * time.Millisecond, lease: 250 * time.Millisecond, logLevel: "info"}
+}
+
+func newServe() *cobra.Command { return serveCommand(defaultServeConfig()) }
+
+// serveCommand is the serve command, its settings bound to c.
+func serveCommand(c *serveConfig) *cobra.Command {
 	var file string
 	cmd := &cobra.Command{
 		Use:   "serve",

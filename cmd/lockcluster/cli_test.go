@@ -1,0 +1,98 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lockcluster/lockcluster"
+)
+
+func run(t *testing.T, pc *procCluster, args ...string) (string, int) {
+	t.Helper()
+	cmd := exec.Command(pc.bin, args...)
+	cmd.Env = append(os.Environ(), "LOCKCLUSTER_ADDR="+strings.Join(pc.addrs(), ","))
+	out, err := cmd.CombinedOutput()
+	return string(out), exitCode(err)
+}
+
+func TestClusterCommands(t *testing.T) {
+	pc := startProcs(t, 3)
+	c := dialT(t, pc.addrs(), lockcluster.WithLabel("holder"))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	l, err := c.Acquire(ctx, "q", lockcluster.Options{Mode: lockcluster.Shared})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+
+	t.Run("query -o json is the spec's LockManagerSnapshot", func(t *testing.T) {
+		out, code := run(t, pc, "query", "-o", "json")
+		if code != 0 {
+			t.Fatalf("exit %d: %s", code, out)
+		}
+		var snap struct {
+			Held []struct {
+				Name, Mode, ClientID, Label string
+				Token                       uint64
+			} `json:"held"`
+			Pending []json.RawMessage `json:"pending"`
+		}
+		if err := json.Unmarshal([]byte(out), &snap); err != nil {
+			t.Fatalf("%v: %s", err, out)
+		}
+		if len(snap.Held) != 1 || snap.Held[0].Name != "q" || snap.Held[0].Mode != "shared" || snap.Held[0].Label != "holder" ||
+			len(snap.Held[0].ClientID) != 36 || snap.Held[0].Token != l.Token() || snap.Pending == nil {
+			t.Fatalf("query: %s", out)
+		}
+	})
+
+	t.Run("members, status and health", func(t *testing.T) {
+		out, code := run(t, pc, "members", "-o", "json")
+		var ms []lockcluster.Member
+		if code != 0 || json.Unmarshal([]byte(out), &ms) != nil || len(ms) != 3 {
+			t.Fatalf("members: exit %d: %s", code, out)
+		}
+		leaders := 0
+		for _, m := range ms {
+			if m.Leader {
+				leaders++
+			}
+		}
+		if leaders != 1 {
+			t.Fatalf("members show %d leaders: %s", leaders, out)
+		}
+		if out, code := run(t, pc, "status"); code != 0 || strings.Count(out, "Leader") < 1 {
+			t.Fatalf("status: exit %d: %s", code, out)
+		}
+		if out, code := run(t, pc, "health"); code != 0 {
+			t.Fatalf("health: exit %d: %s", code, out)
+		}
+		if out, code := run(t, pc, "health", "--addr", "127.0.0.1:1"); code == 0 {
+			t.Fatalf("health of a closed port: exit 0: %s", out)
+		}
+		if out, code := run(t, pc, "query", "-o", "yaml"); code != exitUsage || !strings.Contains(out, "yaml") {
+			t.Fatalf("bad -o: exit %d: %s", code, out)
+		}
+	})
+
+	t.Run("leave removes a dead member", func(t *testing.T) {
+		victim := (pc.leader(5*time.Second) + 1) % 3
+		pc.kill(victim)
+		out, code := run(t, pc, "leave", pc.nodes[victim].id)
+		if code != 0 {
+			t.Fatalf("leave: exit %d: %s", code, out)
+		}
+		out, _ = run(t, pc, "members", "-o", "json")
+		var ms []lockcluster.Member
+		json.Unmarshal([]byte(out), &ms)
+		if len(ms) != 2 {
+			t.Fatalf("after leave: %s", out)
+		}
+	})
+}

@@ -1,0 +1,55 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Settings come from the flag, else the environment, else the file.
+func TestServeSettingsPrecedence(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "lockcluster.yaml")
+	os.WriteFile(file, []byte("id: from-file\ndata-dir: /file\ngrpc-addr: 127.0.0.1:1\nheartbeat-timeout: 700ms\n"), 0o644)
+	t.Setenv("LOCKCLUSTER_DATA_DIR", "/env")
+	t.Setenv("LOCKCLUSTER_GRPC_ADDR", "127.0.0.1:2")
+	c := defaultServeConfig()
+	cmd := serveCommand(c)
+	if err := cmd.Flags().Parse([]string{"--grpc-addr", "127.0.0.1:3"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := resolve(cmd.Flags(), c.settings(), file); err != nil {
+		t.Fatal(err)
+	}
+	if c.id != "from-file" || c.dataDir != "/env" || c.grpcAddr != "127.0.0.1:3" || c.heartbeat != 700*time.Millisecond || c.raftAddr != "127.0.0.1:7701" {
+		t.Fatalf("got id=%q data-dir=%q grpc-addr=%q heartbeat=%s raft-addr=%q", c.id, c.dataDir, c.grpcAddr, c.heartbeat, c.raftAddr)
+	}
+}
+
+func TestServeSettingsErrorsNameTheValue(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct{ yaml, want string }{
+		{"idd: x\n", `unknown key "idd"`},
+		{"heartbeat-timeout: soon\n", `"soon" is not a duration`},
+		{"id: [1, 2]\n", "config file"},
+	} {
+		file := filepath.Join(dir, "c.yaml")
+		os.WriteFile(file, []byte(tc.yaml), 0o644)
+		c := defaultServeConfig()
+		cmd := serveCommand(c)
+		err := resolve(cmd.Flags(), c.settings(), file)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("config %q: error %v, want it to mention %s", tc.yaml, err, tc.want)
+		}
+	}
+	t.Setenv("LOCKCLUSTER_ELECTION_TIMEOUT", "fast")
+	c := defaultServeConfig()
+	cmd := serveCommand(c)
+	if err := resolve(cmd.Flags(), c.settings(), ""); err == nil || !strings.Contains(err.Error(), "LOCKCLUSTER_ELECTION_TIMEOUT") {
+		t.Errorf("bad env: %v", err)
+	}
+	if _, err := parsePeers("node0=h:1,broken"); err == nil || !strings.Contains(err.Error(), `"broken"`) {
+		t.Errorf("bad --bootstrap: %v", err)
+	}
+}
