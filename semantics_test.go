@@ -226,3 +226,22 @@ func TestNamespacesAreIsolated(t *testing.T) {
 		}
 	}
 }
+
+// The lock is released when the callback panics, and the panic goes on.
+func TestCallbackPanicReleasesTheLock(t *testing.T) {
+	c := shared(t)
+	a, b := dial(t, c), dial(t, c)
+	ctx := ctxT(t)
+	name := t.Name()
+	func() {
+		defer func() {
+			if r := recover(); r != "boom" {
+				t.Fatalf("recovered %v, want the callback's panic", r)
+			}
+		}()
+		a.Request(ctx, name, lockcluster.Options{}, func(context.Context, *lockcluster.Lock) error { panic("boom") })
+	}()
+	if _, err := b.Acquire(ctx, name, lockcluster.Options{IfAvailable: true}); err != nil {
+		t.Fatalf("the lock was not released after the panic: %v", err)
+	}
+}
