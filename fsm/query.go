@@ -100,3 +100,24 @@ func (m *Machine) Members() []Member {
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out
 }
+
+// NamespaceStat counts one namespace's sessions, held locks and pending
+// requests.
+type NamespaceStat struct {
+	Name     string
+	Sessions int
+	Held     int
+	Pending  int
+}
+
+// NamespaceStats counts every namespace, sorted by name.
+func (m *Machine) NamespaceStats() []NamespaceStat {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	out := make([]NamespaceStat, 0, len(m.st.namespaces))
+	for _, ns := range m.st.namespaces {
+		out = append(out, NamespaceStat{Name: ns.name, Sessions: int(ns.sessions), Held: ns.nHeld, Pending: ns.nPending})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
