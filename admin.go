@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	pb "github.com/lockcluster/lockcluster/api/lockclusterv1"
@@ -23,12 +22,9 @@ func DialAdmin(endpoints []string, opts ...Option) (*Admin, error) {
 	for _, o := range opts {
 		o(&cfg)
 	}
-	if cfg.dial == nil {
-		cfg.dial = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
-	}
 	c := &Client{cfg: cfg}
 	for _, e := range splitEndpoints(endpoints) {
-		cc, err := grpc.NewClient(e, cfg.dial...)
+		cc, err := grpc.NewClient(e, cfg.dialOptions()...)
 		if err != nil {
 			c.closeConns()
 			return nil, fmt.Errorf("%w: endpoint %q: %v", ErrInvalid, e, err)

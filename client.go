@@ -2,6 +2,7 @@ package lockcluster
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
 	pb "github.com/lockcluster/lockcluster/api/lockclusterv1"
@@ -23,7 +25,43 @@ type config struct {
 	label     string
 	ttl       time.Duration
 	dial      []grpc.DialOption
+	tls       *tls.Config
+	token     string
 }
+
+// dialOptions are the gRPC options the config asks for: TLS or plaintext,
+// the bearer token, and the caller's own.
+func (c *config) dialOptions() []grpc.DialOption {
+	creds := insecure.NewCredentials()
+	if c.tls != nil {
+		creds = credentials.NewTLS(c.tls)
+	}
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
+	if c.token != "" {
+		opts = append(opts, grpc.WithPerRPCCredentials(bearer{token: c.token, tls: c.tls != nil}))
+	}
+	return append(opts, c.dial...)
+}
+
+// WithTLS connects over TLS with cfg (its RootCAs the cluster's CA; its
+// Certificates a client certificate for mutual TLS, if any).
+func WithTLS(cfg *tls.Config) Option { return func(c *config) { c.tls = cfg } }
+
+// WithToken presents a bearer token that grants the namespace (or admin
+// rights). Use TLS with it: without, the token crosses the network in the
+// clear.
+func WithToken(token string) Option { return func(c *config) { c.token = token } }
+
+type bearer struct {
+	token string
+	tls   bool
+}
+
+func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + b.token}, nil
+}
+
+func (b bearer) RequireTransportSecurity() bool { return false }
 
 // WithNamespace sets the namespace (default "default").
 func WithNamespace(ns string) Option { return func(c *config) { c.namespace = ns } }
@@ -36,8 +74,8 @@ func WithLabel(l string) Option { return func(c *config) { c.label = l } }
 // the session without a heartbeat. Heartbeats go every TTL/3.
 func WithTTL(d time.Duration) Option { return func(c *config) { c.ttl = d } }
 
-// WithDialOptions adds gRPC dial options (TLS, interceptors, ...). Without
-// any, connections are plaintext.
+// WithDialOptions adds gRPC dial options (interceptors, ...), applied after
+// the client's own.
 func WithDialOptions(o ...grpc.DialOption) Option {
 	return func(c *config) { c.dial = append(c.dial, o...) }
 }
@@ -68,15 +106,12 @@ func Dial(ctx context.Context, endpoints []string, opts ...Option) (*Client, err
 		host, _ := os.Hostname()
 		cfg.label = fmt.Sprintf("%s:%d", host, os.Getpid())
 	}
-	if cfg.dial == nil {
-		cfg.dial = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
-	}
 	c := &Client{cfg: cfg, addrs: splitEndpoints(endpoints)}
 	if len(c.addrs) == 0 {
 		return nil, fmt.Errorf("%w: no endpoint given (set --addr or LOCKCLUSTER_ADDR, e.g. 127.0.0.1:7700)", ErrInvalid)
 	}
 	for _, a := range c.addrs {
-		cc, err := grpc.NewClient(a, cfg.dial...)
+		cc, err := grpc.NewClient(a, cfg.dialOptions()...)
 		if err != nil {
 			c.closeConns()
 			return nil, fmt.Errorf("%w: endpoint %q: %v", ErrInvalid, a, err)

@@ -6,6 +6,7 @@ package node
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -17,12 +18,14 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/reflection"
 
+	"github.com/lockcluster/lockcluster/api/auth"
 	pb "github.com/lockcluster/lockcluster/api/lockclusterv1"
+	"github.com/lockcluster/lockcluster/api/secure"
 	"github.com/lockcluster/lockcluster/api/server"
 	"github.com/lockcluster/lockcluster/fsm"
 	"github.com/lockcluster/lockcluster/fsm/raftfsm"
@@ -54,24 +57,35 @@ type Config struct {
 	Raft   raftnode.Config
 	Server server.Config // Machine, Self and Logger are set here
 	Logger hclog.Logger
+
+	// TLS, when any file is set, secures the client API, the raft links
+	// (both ways verified against the CA) and the HTTP port.
+	TLS secure.Files
+	// Auth, when configured, requires credentials (see package auth).
+	Auth auth.Config
+	// MaxMessageBytes bounds a gRPC message (default 4 MiB).
+	MaxMessageBytes int
 }
 
 // Node is a running member.
 type Node struct {
-	cfg      Config
-	log      hclog.Logger
-	raft     *raftnode.Node
-	machine  *fsm.Machine
-	srv      *server.Server
-	grpc     *grpc.Server
-	health   *health.Server
-	http     *http.Server
-	grpcLis  net.Listener
-	httpLis  net.Listener
-	cancel   context.CancelFunc
-	wg       sync.WaitGroup
-	once     sync.Once
-	closeErr error
+	cfg     Config
+	log     hclog.Logger
+	raft    *raftnode.Node
+	machine *fsm.Machine
+	srv     *server.Server
+	grpc    *grpc.Server
+	health  *health.Server
+	http    *http.Server
+	grpcLis net.Listener
+	httpLis net.Listener
+	cancel  context.CancelFunc
+	// Set by secure: gRPC server options, the HTTP TLS configuration.
+	serverOptions []grpc.ServerOption
+	httpTLS       *tls.Config
+	wg            sync.WaitGroup
+	once          sync.Once
+	closeErr      error
 }
 
 // Start starts a node and returns once it serves (it may not have a leader
@@ -83,13 +97,13 @@ func Start(cfg Config) (*Node, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: "lockcluster", Output: os.Stderr, Level: hclog.Info})
 	}
-	if cfg.Server.DialOptions == nil {
-		cfg.Server.DialOptions = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
-	}
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("node: data directory %s: %w", cfg.DataDir, err)
 	}
 	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.ID)}
+	if err := n.secure(); err != nil {
+		return nil, err
+	}
 	var err error
 	if n.grpcLis, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
 		return nil, fmt.Errorf("node: gRPC address %s: %w", cfg.GRPCAddr, err)
@@ -119,9 +133,9 @@ func (n *Node) start() error {
 	}
 	// The raft address is known once the transport listens: Self is filled
 	// in after raftnode.New, before the server runs.
-	scfg := cfg.Server
+	scfg := n.cfg.Server
 	scfg.Machine, scfg.Logger = n.machine, n.log.Named("api")
-	rcfg := cfg.Raft
+	rcfg := n.cfg.Raft
 	rcfg.ID, rcfg.DataDir, rcfg.BindAddr, rcfg.AdvertiseAddr = cfg.ID, filepath.Join(cfg.DataDir, "raft"), cfg.RaftAddr, cfg.AdvertiseRaft
 	rcfg.Bootstrap, rcfg.Logger = cfg.Bootstrap, n.log.Named("raft")
 	srvHolder := &sinkHolder{}
@@ -135,7 +149,7 @@ func (n *Node) start() error {
 	n.srv = server.New(scfg)
 	srvHolder.set(n.srv)
 
-	n.grpc = grpc.NewServer()
+	n.grpc = grpc.NewServer(n.serverOptions...)
 	n.srv.Register(n.grpc)
 	n.health = health.NewServer()
 	healthpb.RegisterHealthServer(n.grpc, n.health)
@@ -147,9 +161,16 @@ func (n *Node) start() error {
 	go func() { defer n.wg.Done(); n.srv.Run(ctx, n.raft) }()
 	go func() { defer n.wg.Done(); _ = n.grpc.Serve(n.grpcLis) }()
 	if n.httpLis != nil {
-		n.http = &http.Server{Handler: n.httpHandler(), ReadHeaderTimeout: 5 * time.Second}
+		n.http = &http.Server{Handler: n.httpHandler(), ReadHeaderTimeout: 5 * time.Second, TLSConfig: n.httpTLS}
 		n.wg.Add(1)
-		go func() { defer n.wg.Done(); _ = n.http.Serve(n.httpLis) }()
+		go func() {
+			defer n.wg.Done()
+			if n.httpTLS != nil {
+				_ = n.http.ServeTLS(n.httpLis, "", "")
+			} else {
+				_ = n.http.Serve(n.httpLis)
+			}
+		}()
 	}
 	n.wg.Add(1)
 	go func() { defer n.wg.Done(); n.watchHealth(ctx) }()
@@ -183,6 +204,9 @@ func (h *sinkHolder) apply(index uint64, ap fsm.Applied) {
 // join asks a member to add this node, until it is a member.
 func (n *Node) join(ctx context.Context, self fsm.Member) {
 	cc, err := grpc.NewClient(n.cfg.Join, n.cfg.Server.DialOptions...)
+	if n.cfg.Server.NodeToken != "" {
+		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+n.cfg.Server.NodeToken)
+	}
 	if err != nil {
 		n.log.Error("cannot join: bad join address", "join", n.cfg.Join, "error", err)
 		return
@@ -236,6 +260,7 @@ func (n *Node) httpHandler() http.Handler {
 		}
 		fmt.Fprintln(w, "ok")
 	})
+	mux.HandleFunc("/debug/digest", n.serveDigest) // debug.go
 	return mux
 }
 

@@ -23,15 +23,17 @@ func isForwarded(ctx context.Context) bool {
 	return len(md.Get(forwardedKey)) > 0
 }
 
-// forwardContext marks the call as forwarded and carries the caller's
-// credentials along.
+// forwardContext marks the call as forwarded and authenticates it: with the
+// node's own token when auth is on (mutual TLS authenticates by the node's
+// certificate), else with whatever the caller sent.
 func (s *Server) forwardContext(ctx context.Context) context.Context {
 	md, _ := metadata.FromIncomingContext(ctx)
 	out := metadata.Pairs(forwardedKey, s.cfg.Self.ID)
-	for _, k := range []string{"authorization"} {
-		if v := md.Get(k); len(v) > 0 {
-			out.Set(k, v...)
-		}
+	if s.cfg.NodeToken != "" {
+		// This node checked the caller's rights; the next trusts the node.
+		out.Set("authorization", "Bearer "+s.cfg.NodeToken)
+	} else if v := md.Get("authorization"); len(v) > 0 {
+		out.Set("authorization", v...)
 	}
 	return metadata.NewOutgoingContext(ctx, out)
 }

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	pb "github.com/lockcluster/lockcluster/api/lockclusterv1"
@@ -70,6 +71,17 @@ func (s *Server) lead(ctx context.Context) {
 	}
 	s.tracker.Lead(arm)
 	s.log.Info("leading", "sessions", len(arm), "applied", s.m.LastIndex())
+	if want := s.cfg.Limits; want != nil && *want != s.m.Limits() {
+		ap, _, err := s.propose(ctx, &fsm.SetLimits{Limits: *want})
+		if err == nil {
+			err = ap.Result.Err
+		}
+		if err != nil && ctx.Err() == nil {
+			s.log.Warn("applying this node's limits failed", "error", err)
+		} else if err == nil {
+			s.log.Info("applied this node's limits to the cluster", "limits", fmt.Sprintf("%+v", *want))
+		}
+	}
 	if !s.registered() {
 		if _, err := s.join(ctx, &pb.JoinRequest{Id: s.cfg.Self.ID, RaftAddr: s.cfg.Self.RaftAddr, GrpcAddr: s.cfg.Self.GRPCAddr, HttpAddr: s.cfg.Self.HTTPAddr}); err != nil && ctx.Err() == nil {
 			s.log.Warn("recording this node in the member directory failed", "error", err)

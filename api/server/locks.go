@@ -19,6 +19,10 @@ func write[T any](s *Server, ctx context.Context, cmd fsm.Command, fwd func(cont
 	if err := s.m.Limits().Check(cmd); err != nil {
 		return fsm.Applied{}, 0, nil, toStatus(err)
 	}
+	if id := sessionOf(cmd); id != 0 && !s.rate.allow(id, s.cfg.Now()) {
+		return fsm.Applied{}, 0, nil, toStatus(&fsm.Error{Code: fsm.CodeLimit,
+			Msg: fmt.Sprintf("session %d is over the request rate limit of %g per second (burst %g): slow down", id, s.rate.rate, s.rate.burst)})
+	}
 	ap, idx, err := s.propose(ctx, cmd)
 	if err != nil {
 		r, ferr := forward(s, ctx, err, func(ctx context.Context, cc *grpc.ClientConn) (T, error) {
@@ -149,4 +153,17 @@ func newClientID() string {
 	b[6] = b[6]&0x0f | 0x40
 	b[8] = b[8]&0x3f | 0x80
 	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}
+
+// sessionOf is the session a rate-limited write belongs to.
+func sessionOf(cmd fsm.Command) uint64 {
+	switch c := cmd.(type) {
+	case *fsm.Request:
+		return c.Session
+	case *fsm.Release:
+		return c.Session
+	case *fsm.Abort:
+		return c.Session
+	}
+	return 0
 }

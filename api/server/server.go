@@ -35,6 +35,16 @@ type Config struct {
 	HeartbeatFlush time.Duration
 	// DefaultTTL is a session's TTL when the client names none (10s).
 	DefaultTTL time.Duration
+	// NodeToken is the credential this node presents to the others when it
+	// forwards a call or a heartbeat ("" when auth is off or by certificate).
+	NodeToken string
+	// Limits, when set, are the replicated limits this node proposes when
+	// it becomes leader, if they differ from those in force.
+	Limits *fsm.Limits
+	// SessionRate bounds the writes per second of one session on this node
+	// (0: no bound); SessionBurst is the burst allowed above it.
+	SessionRate  float64
+	SessionBurst int
 }
 
 // Server serves lockcluster.v1 on one node.
@@ -49,6 +59,7 @@ type Server struct {
 	hub     *hub
 	peers   *peers
 	touches *touchBatcher
+	rate    *rateLimiter
 	log     hclog.Logger
 	done    chan struct{} // closed when Run returns: streams end
 }
@@ -76,6 +87,7 @@ func New(cfg Config) *Server {
 	s.peers = newPeers(cfg.DialOptions)
 	s.tracker = session.New(session.Config{Expirer: expirer{s}, Tick: cfg.SessionTick, Logger: cfg.Logger.Named("session"), Now: cfg.Now})
 	s.touches = newTouchBatcher(s, cfg.HeartbeatFlush)
+	s.rate = newRateLimiter(cfg.SessionRate, cfg.SessionBurst)
 	return s
 }
 

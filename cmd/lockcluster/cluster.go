@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"text/tabwriter"
@@ -21,7 +22,7 @@ func newMembers(g *globals) *cobra.Command {
 			}
 			a, err := g.admin()
 			if err != nil {
-				return clientExit(err)
+				return adminExit(err)
 			}
 			defer a.Close()
 			ctx, cancel := g.ctx()
@@ -58,7 +59,7 @@ func newStatus(g *globals) *cobra.Command {
 			}
 			a, err := g.admin()
 			if err != nil {
-				return clientExit(err)
+				return adminExit(err)
 			}
 			defer a.Close()
 			ctx, cancel := g.ctx()
@@ -99,7 +100,7 @@ func newJoin(g *globals) *cobra.Command {
 			}
 			a, err := g.admin()
 			if err != nil {
-				return clientExit(err)
+				return adminExit(err)
 			}
 			defer a.Close()
 			ctx, cancel := g.ctx()
@@ -131,7 +132,7 @@ func newLeave(g *globals) *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			a, err := g.admin()
 			if err != nil {
-				return clientExit(err)
+				return adminExit(err)
 			}
 			defer a.Close()
 			ctx, cancel := g.ctx()
@@ -153,7 +154,7 @@ func newHealth(g *globals) *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			a, err := g.admin()
 			if err != nil {
-				return clientExit(err)
+				return adminExit(err)
 			}
 			defer a.Close()
 			ctx, cancel := g.ctx()
@@ -165,4 +166,12 @@ func newHealth(g *globals) *cobra.Command {
 			return nil
 		},
 	}
+}
+
+func adminExit(err error) error {
+	var ex *exitError
+	if errors.As(err, &ex) {
+		return ex
+	}
+	return clientExit(err)
 }

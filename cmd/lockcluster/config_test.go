@@ -19,7 +19,7 @@ func TestServeSettingsPrecedence(t *testing.T) {
 	if err := cmd.Flags().Parse([]string{"--grpc-addr", "127.0.0.1:3"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := resolve(cmd.Flags(), c.settings(), file); err != nil {
+	if err := resolve(cmd.Flags(), c.settings(), file, map[string]any{"auth": &c.auth}); err != nil {
 		t.Fatal(err)
 	}
 	if c.id != "from-file" || c.dataDir != "/env" || c.grpcAddr != "127.0.0.1:3" || c.heartbeat != 700*time.Millisecond || c.raftAddr != "127.0.0.1:7701" {
@@ -38,7 +38,7 @@ func TestServeSettingsErrorsNameTheValue(t *testing.T) {
 		os.WriteFile(file, []byte(tc.yaml), 0o644)
 		c := defaultServeConfig()
 		cmd := serveCommand(c)
-		err := resolve(cmd.Flags(), c.settings(), file)
+		err := resolve(cmd.Flags(), c.settings(), file, map[string]any{"auth": &c.auth})
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("config %q: error %v, want it to mention %s", tc.yaml, err, tc.want)
 		}
@@ -46,7 +46,7 @@ func TestServeSettingsErrorsNameTheValue(t *testing.T) {
 	t.Setenv("LOCKCLUSTER_ELECTION_TIMEOUT", "fast")
 	c := defaultServeConfig()
 	cmd := serveCommand(c)
-	if err := resolve(cmd.Flags(), c.settings(), ""); err == nil || !strings.Contains(err.Error(), "LOCKCLUSTER_ELECTION_TIMEOUT") {
+	if err := resolve(cmd.Flags(), c.settings(), "", nil); err == nil || !strings.Contains(err.Error(), "LOCKCLUSTER_ELECTION_TIMEOUT") {
 		t.Errorf("bad env: %v", err)
 	}
 	if _, err := parsePeers("node0=h:1,broken"); err == nil || !strings.Contains(err.Error(), `"broken"`) {

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/lockcluster/lockcluster"
+	"github.com/lockcluster/lockcluster/api/secure"
 )
 
 type devNode struct {
@@ -27,6 +28,7 @@ type devNode struct {
 func newDev() *cobra.Command {
 	var dataDir, host string
 	var nodes, basePort int
+	var useTLS bool
 	cmd := &cobra.Command{
 		Use:   "dev",
 		Short: "Run a local 3-node cluster, one process per node",
@@ -43,17 +45,18 @@ moves them all. Data lives in a temporary directory removed on exit, unless
 			if basePort < 1 || basePort+10*nodes > 65535 {
 				return &exitError{code: exitUsage, msg: fmt.Sprintf("--base-port %d is out of range", basePort)}
 			}
-			return runDev(dataDir, host, nodes, basePort)
+			return runDev(dataDir, host, nodes, basePort, useTLS)
 		},
 	}
 	cmd.Flags().StringVar(&dataDir, "data-dir", "", "keep the nodes' data here (default: a temporary directory, removed on exit)")
 	cmd.Flags().IntVar(&nodes, "nodes", 3, "how many nodes")
 	cmd.Flags().IntVar(&basePort, "base-port", 7700, "node i uses base+10i (gRPC), +1 (raft), +2 (HTTP)")
 	cmd.Flags().StringVar(&host, "host", "127.0.0.1", "the address the nodes listen on")
+	cmd.Flags().BoolVar(&useTLS, "tls", false, "create a CA and certificates in the data dir and run every link over (mutual) TLS")
 	return cmd
 }
 
-func runDev(dataDir, host string, n, base int) error {
+func runDev(dataDir, host string, n, base int, useTLS bool) error {
 	keep := dataDir != ""
 	if !keep {
 		d, err := os.MkdirTemp("", "lockcluster-dev-")
@@ -76,9 +79,20 @@ func runDev(dataDir, host string, n, base int) error {
 		peers = append(peers, nd.id+"="+nd.raft)
 	}
 	var addrs []string
+	var tlsFiles secure.Files
+	if useTLS {
+		var err error
+		if tlsFiles, err = devCerts(filepath.Join(dataDir, "tls"), host, nodes); err != nil {
+			return err
+		}
+	}
 	for _, nd := range nodes {
 		nd.args = []string{"serve", "--id", nd.id, "--data-dir", nd.dir, "--grpc-addr", nd.grpc, "--raft-addr", nd.raft,
 			"--http-addr", nd.http, "--bootstrap", strings.Join(peers, ",")}
+		if useTLS {
+			dir := filepath.Join(dataDir, "tls")
+			nd.args = append(nd.args, "--tls-ca", tlsFiles.CA, "--tls-cert", filepath.Join(dir, nd.id+".crt"), "--tls-key", filepath.Join(dir, nd.id+".key"))
+		}
 		addrs = append(addrs, nd.grpc)
 	}
 	stopAll := func() {
@@ -118,7 +132,7 @@ func runDev(dataDir, host string, n, base int) error {
 	defer signal.Stop(sig)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	leader, err := waitLeader(ctx, addrs, sig)
+	leader, err := waitLeader(ctx, addrs, tlsFiles, sig)
 	cancel()
 	if err != nil {
 		stopAll()
@@ -130,7 +144,15 @@ func runDev(dataDir, host string, n, base int) error {
 		if nd.id == leader {
 			mark = "  (leader)"
 		}
-		fmt.Printf("  %s  pid %-7d gRPC %s  raft %s  HTTP http://%s%s\n", nd.id, nd.cmd.Process.Pid, nd.grpc, nd.raft, nd.http, mark)
+		scheme := "http"
+		if useTLS {
+			scheme = "https"
+		}
+		fmt.Printf("  %s  pid %-7d gRPC %s  raft %s  HTTP %s://%s%s\n", nd.id, nd.cmd.Process.Pid, nd.grpc, nd.raft, scheme, nd.http, mark)
+	}
+	if useTLS {
+		fmt.Printf("\nTLS: every link is TLS, verified against %s; clients use the certificate below.\n", tlsFiles.CA)
+		fmt.Printf("  export LOCKCLUSTER_CACERT=%s LOCKCLUSTER_CERT=%s LOCKCLUSTER_KEY=%s\n", tlsFiles.CA, tlsFiles.Cert, tlsFiles.Key)
 	}
 	fmt.Printf(`
 LOCKCLUSTER_ADDR=%s
@@ -177,8 +199,16 @@ func (nd *devNode) start(self, logDir string, exits chan<- *devNode) error {
 	return nil
 }
 
-func waitLeader(ctx context.Context, addrs []string, sig <-chan os.Signal) (string, error) {
-	a, err := lockcluster.DialAdmin(addrs)
+func waitLeader(ctx context.Context, addrs []string, files secure.Files, sig <-chan os.Signal) (string, error) {
+	var opts []lockcluster.Option
+	if files.Enabled() {
+		cfg, err := files.Client()
+		if err != nil {
+			return "", err
+		}
+		opts = append(opts, lockcluster.WithTLS(cfg))
+	}
+	a, err := lockcluster.DialAdmin(addrs, opts...)
 	if err != nil {
 		return "", err
 	}
@@ -197,4 +227,22 @@ func waitLeader(ctx context.Context, addrs []string, sig <-chan os.Signal) (stri
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// devCerts creates a CA, a certificate per node and one for clients in dir.
+// It returns the CA and the client's files.
+func devCerts(dir, host string, nodes []*devNode) (secure.Files, error) {
+	if err := secure.CreateCA(dir, "lockcluster dev CA", 30*24*time.Hour); err != nil {
+		return secure.Files{}, err
+	}
+	hosts := []string{host, "127.0.0.1", "localhost"}
+	for _, nd := range nodes {
+		if err := secure.CreateCert(secure.CertRequest{CADir: dir, OutDir: dir, Name: nd.id, Hosts: hosts, Validity: 30 * 24 * time.Hour}); err != nil {
+			return secure.Files{}, err
+		}
+	}
+	if err := secure.CreateCert(secure.CertRequest{CADir: dir, OutDir: dir, Name: "client", Validity: 30 * 24 * time.Hour}); err != nil {
+		return secure.Files{}, err
+	}
+	return secure.Files{CA: filepath.Join(dir, "ca.crt"), Cert: filepath.Join(dir, "client.crt"), Key: filepath.Join(dir, "client.key")}, nil
 }

@@ -87,10 +87,10 @@ func runLocked(g *globals, name string, opts lockcluster.Options, timeout, grace
 		}
 	}()
 	dctx, cancel := context.WithTimeout(base, g.timeout)
-	c, err := lockcluster.Dial(dctx, g.endpoints(), lockcluster.WithNamespace(g.namespace), lockcluster.WithTTL(ttl))
+	c, err := g.dial(dctx, lockcluster.WithTTL(ttl))
 	cancel()
 	if err != nil {
-		return clientExit(err)
+		return err
 	}
 	defer func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

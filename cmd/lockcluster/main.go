@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 )
 
 func main() {
@@ -13,12 +14,12 @@ func main() {
 	var ex *exitError
 	if errors.As(err, &ex) {
 		if ex.msg != "" {
-			fmt.Fprintln(os.Stderr, "lockcluster:", ex.msg)
+			fmt.Fprintln(os.Stderr, "lockcluster:", strings.TrimPrefix(ex.msg, "lockcluster: "))
 		}
 		os.Exit(ex.code)
 	}
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "lockcluster:", err)
+		fmt.Fprintln(os.Stderr, "lockcluster:", strings.TrimPrefix(err.Error(), "lockcluster: "))
 		os.Exit(1)
 	}
 }

@@ -68,11 +68,19 @@ type procCluster struct {
 	t     *testing.T
 	bin   string
 	nodes []*proc
+	opts  []lockcluster.Option // what an admin client needs (TLS, token)
 }
 
 func startProcs(t *testing.T, n int) *procCluster {
 	t.Helper()
-	pc := &procCluster{t: t, bin: binary(t)}
+	return startProcsWith(t, n, nil, nil)
+}
+
+// startProcsWith starts n nodes with extra serve arguments per node, and
+// waits for a leader with the given client options.
+func startProcsWith(t *testing.T, n int, extra func(id string) []string, opts []lockcluster.Option) *procCluster {
+	t.Helper()
+	pc := &procCluster{t: t, bin: binary(t), opts: opts}
 	dir := t.TempDir()
 	var peers []string
 	for i := 0; i < n; i++ {
@@ -84,6 +92,9 @@ func startProcs(t *testing.T, n int) *procCluster {
 	for _, p := range pc.nodes {
 		p.args = []string{"serve", "--id", p.id, "--data-dir", filepath.Join(dir, p.id), "--grpc-addr", p.grpc,
 			"--raft-addr", p.raft, "--http-addr", p.http, "--bootstrap", strings.Join(peers, ",")}
+		if extra != nil {
+			p.args = append(p.args, extra(p.id)...)
+		}
 		pc.start(p)
 	}
 	t.Cleanup(func() {
@@ -156,7 +167,7 @@ func (pc *procCluster) addrs() []string {
 // index.
 func (pc *procCluster) leader(d time.Duration) int {
 	pc.t.Helper()
-	a, err := lockcluster.DialAdmin(pc.addrs())
+	a, err := lockcluster.DialAdmin(pc.addrs(), pc.opts...)
 	if err != nil {
 		pc.t.Fatal(err)
 	}

@@ -27,9 +27,9 @@ mode and clientId, plus sessionId, requestId, label, token and times.`,
 			}
 			ctx, cancel := g.ctx()
 			defer cancel()
-			c, err := lockcluster.Dial(ctx, g.endpoints(), lockcluster.WithNamespace(g.namespace), lockcluster.WithLabel("lockcluster query"))
+			c, err := g.dial(ctx, lockcluster.WithLabel("lockcluster query"))
 			if err != nil {
-				return clientExit(err)
+				return err
 			}
 			defer c.Close(ctx)
 			q, err := c.Query(ctx)

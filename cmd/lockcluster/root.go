@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/lockcluster/lockcluster"
+	"github.com/lockcluster/lockcluster/api/secure"
 )
 
 // Exit statuses besides a child's own (lock) and 0.
@@ -37,6 +38,8 @@ type globals struct {
 	namespace string
 	output    string
 	timeout   time.Duration
+	token     string
+	tls       secure.Files
 }
 
 func envOr(key, def string) string {
@@ -65,10 +68,16 @@ lock with 'lockcluster lock NAME -- CMD'.`,
 	pf.StringVarP(&g.namespace, "namespace", "n", envOr("LOCKCLUSTER_NAMESPACE", "default"), "namespace (env LOCKCLUSTER_NAMESPACE)")
 	pf.StringVarP(&g.output, "output", "o", "table", "output format: table or json")
 	pf.DurationVar(&g.timeout, "request-timeout", 10*time.Second, "how long a cluster call may take")
+	// These default to their environment variables at use, so that --help
+	// never prints a token.
+	pf.StringVar(&g.token, "token", "", "bearer token for the namespace, or an admin token (env LOCKCLUSTER_TOKEN)")
+	pf.StringVar(&g.tls.CA, "cacert", "", "CA certificate to verify the nodes with: connect over TLS (env LOCKCLUSTER_CACERT)")
+	pf.StringVar(&g.tls.Cert, "cert", "", "client certificate, for mutual TLS (env LOCKCLUSTER_CERT)")
+	pf.StringVar(&g.tls.Key, "key", "", "client certificate's key (env LOCKCLUSTER_KEY)")
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return &exitError{code: exitUsage, msg: err.Error() + "\n(see '" + c.CommandPath() + " --help')"}
 	})
-	root.AddCommand(newServe(), newDev(), newLock(g), newQuery(g), newMembers(g), newStatus(g), newJoin(g), newLeave(g), newHealth(g))
+	root.AddCommand(newServe(), newDev(), newLock(g), newQuery(g), newMembers(g), newStatus(g), newJoin(g), newLeave(g), newHealth(g), newTLS())
 	return root
 }
 
@@ -85,8 +94,50 @@ func (g *globals) ctx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), g.timeout)
 }
 
+// options are the client options every command uses: credentials and TLS.
+func (g *globals) options() ([]lockcluster.Option, error) {
+	for _, v := range []struct {
+		p   *string
+		env string
+	}{{&g.token, "LOCKCLUSTER_TOKEN"}, {&g.tls.CA, "LOCKCLUSTER_CACERT"}, {&g.tls.Cert, "LOCKCLUSTER_CERT"}, {&g.tls.Key, "LOCKCLUSTER_KEY"}} {
+		if *v.p == "" {
+			*v.p = os.Getenv(v.env)
+		}
+	}
+	var opts []lockcluster.Option
+	if g.tls.Enabled() {
+		cfg, err := g.tls.Client()
+		if err != nil {
+			return nil, &exitError{code: exitUsage, msg: err.Error()}
+		}
+		opts = append(opts, lockcluster.WithTLS(cfg))
+	}
+	if g.token != "" {
+		opts = append(opts, lockcluster.WithToken(g.token))
+	}
+	return opts, nil
+}
+
+// dial opens a session in the namespace with the global options and more.
+func (g *globals) dial(ctx context.Context, more ...lockcluster.Option) (*lockcluster.Client, error) {
+	opts, err := g.options()
+	if err != nil {
+		return nil, err
+	}
+	opts = append(opts, lockcluster.WithNamespace(g.namespace))
+	c, err := lockcluster.Dial(ctx, g.endpoints(), append(opts, more...)...)
+	if err != nil {
+		return nil, clientExit(err)
+	}
+	return c, nil
+}
+
 func (g *globals) admin() (*lockcluster.Admin, error) {
-	return lockcluster.DialAdmin(g.endpoints())
+	opts, err := g.options()
+	if err != nil {
+		return nil, err
+	}
+	return lockcluster.DialAdmin(g.endpoints(), opts...)
 }
 
 func printJSON(w io.Writer, v any) error {

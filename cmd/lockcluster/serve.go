@@ -13,7 +13,10 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/spf13/cobra"
 
+	"github.com/lockcluster/lockcluster/api/auth"
 	"github.com/lockcluster/lockcluster/api/node"
+	"github.com/lockcluster/lockcluster/api/secure"
+	"github.com/lockcluster/lockcluster/fsm"
 	"github.com/lockcluster/lockcluster/raftnode"
 )
 
@@ -22,6 +25,32 @@ type serveConfig struct {
 	advGRPC, advRaft, advHTTP                 string
 	bootstrap, join, logLevel, raftDial       string
 	heartbeat, election, lease                time.Duration
+	tls                                       secure.Files
+	maxMessage                                int64
+	sessionRate                               float64
+	sessionBurst                              int64
+	limits                                    limitSettings
+	auth                                      auth.Config // from the file's auth section only
+}
+
+// limitSettings are the replicated limits (SPEC §10) a node proposes when it
+// leads: fsm.Limits in the units an operator writes.
+type limitSettings struct {
+	nameBytes, scopeNames, pendingPerSession, heldPerSession, sessionsPerNamespace int64
+	minTTL, maxTTL                                                                 time.Duration
+}
+
+func defaultLimits() limitSettings {
+	d := fsm.DefaultLimits()
+	return limitSettings{nameBytes: d.MaxNameBytes, scopeNames: d.MaxScopeNames, pendingPerSession: d.MaxPendingPerSession,
+		heldPerSession: d.MaxHeldPerSession, sessionsPerNamespace: d.MaxSessionsPerNamespace, minTTL: time.Duration(d.MinTTL), maxTTL: time.Duration(d.MaxTTL)}
+}
+
+func (l limitSettings) fsm() fsm.Limits {
+	d := fsm.DefaultLimits()
+	d.MaxNameBytes, d.MaxScopeNames, d.MaxPendingPerSession, d.MaxHeldPerSession = l.nameBytes, l.scopeNames, l.pendingPerSession, l.heldPerSession
+	d.MaxSessionsPerNamespace, d.MinTTL, d.MaxTTL = l.sessionsPerNamespace, int64(l.minTTL), int64(l.maxTTL)
+	return d
 }
 
 func (c *serveConfig) settings() []setting {
@@ -40,6 +69,20 @@ func (c *serveConfig) settings() []setting {
 		{key: "election-timeout", usage: "raft: a candidate that has not won this long tries again", dur: &c.election},
 		{key: "leader-lease-timeout", usage: "raft: a leader that cannot reach a quorum this long steps down", dur: &c.lease},
 		{key: "log-level", usage: "trace, debug, info, warn or error", str: &c.logLevel},
+		{key: "tls-cert", usage: "this node's certificate (PEM): serve the client API, raft and HTTP over TLS", str: &c.tls.Cert},
+		{key: "tls-key", usage: "this node's private key (PEM)", str: &c.tls.Key},
+		{key: "tls-ca", usage: "the CA that signs nodes' and clients' certificates; raft peers must present one", str: &c.tls.CA},
+		{key: "tls-client-auth", usage: "client certificates on the client API: none, verify-if-given (default with a CA) or require", str: &c.tls.ClientAuth},
+		{key: "max-message-bytes", usage: "largest gRPC message accepted", num: &c.maxMessage},
+		{key: "session-rate", usage: "writes per second one session may make through this node (0: no limit)", float: &c.sessionRate},
+		{key: "session-burst", usage: "writes a session may make at once above session-rate", num: &c.sessionBurst},
+		{key: "limit-name-bytes", usage: "cluster limit: bytes in a lock name", num: &c.limits.nameBytes},
+		{key: "limit-scope-names", usage: "cluster limit: names in one request", num: &c.limits.scopeNames},
+		{key: "limit-pending-per-session", usage: "cluster limit: queued requests of one session", num: &c.limits.pendingPerSession},
+		{key: "limit-held-per-session", usage: "cluster limit: locks one session holds and waits for", num: &c.limits.heldPerSession},
+		{key: "limit-sessions-per-namespace", usage: "cluster limit: live sessions of one namespace (0: none)", num: &c.limits.sessionsPerNamespace},
+		{key: "limit-min-ttl", usage: "cluster limit: shortest session TTL", dur: &c.limits.minTTL},
+		{key: "limit-max-ttl", usage: "cluster limit: longest session TTL", dur: &c.limits.maxTTL},
 		{key: "raft-dial", usage: "dial these raft addresses instead of the members' own, id=host:port,... (routes raft traffic through a proxy, as the chaos tests do)", str: &c.raftDial},
 	}
 }
@@ -47,7 +90,8 @@ func (c *serveConfig) settings() []setting {
 func defaultServeConfig() *serveConfig {
 	host, _ := os.Hostname()
 	return &serveConfig{id: host, dataDir: "lockcluster-data", grpcAddr: "127.0.0.1:7700", raftAddr: "127.0.0.1:7701", httpAddr: "127.0.0.1:7702",
-		heartbeat: 500 * time.Millisecond, election: 500 * time.Millisecond, lease: 250 * time.Millisecond, logLevel: "info"}
+		heartbeat: 500 * time.Millisecond, election: 500 * time.Millisecond, lease: 250 * time.Millisecond, logLevel: "info",
+		maxMessage: 4 << 20, sessionRate: 5000, sessionBurst: 10000, limits: defaultLimits()}
 }
 
 func newServe() *cobra.Command { return serveCommand(defaultServeConfig()) }
@@ -68,13 +112,29 @@ on its data directory comes back with its state and ignores both.
 Every setting is a flag, a LOCKCLUSTER_* environment variable, or a key of the
 YAML file given with --config; a flag beats the environment, which beats the
 file. The raft timeouts default to LAN values: an election within about a
-second of a leader's failure.`,
+second of a leader's failure.
+
+The limit-* settings are the cluster's replicated limits: the leader applies
+its own when it takes over, so keep them equal on every node.
+
+Credentials live only in the file, in an auth section:
+
+  auth:
+    admin-tokens: ["<32+ random characters>"]   # cluster operations; nodes use the first
+    admin-identities: ["node0", "node1"]        # client-certificate names with admin rights
+    namespaces:
+      billing:
+        tokens: ["<token>"]
+        identities: ["billing-worker"]         # client-certificate names
+
+Without an auth section any client may use any namespace, and the node says so
+in its log.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if file == "" {
 				file = os.Getenv("LOCKCLUSTER_CONFIG")
 			}
-			if err := resolve(cmd.Flags(), c.settings(), file); err != nil {
+			if err := resolve(cmd.Flags(), c.settings(), file, map[string]any{"auth": &c.auth}); err != nil {
 				return &exitError{code: exitUsage, msg: err.Error()}
 			}
 			return c.run()
@@ -117,11 +177,18 @@ func (c *serveConfig) run() error {
 	if len(peers) == 0 && c.join == "" {
 		peers = []raftnode.Peer{{ID: c.id}}
 	}
+	limits := c.limits.fsm()
+	if err := limits.Validate(); err != nil {
+		return &exitError{code: exitUsage, msg: err.Error()}
+	}
 	cfg := node.Config{
 		ID: c.id, DataDir: c.dataDir, GRPCAddr: c.grpcAddr, RaftAddr: c.raftAddr, HTTPAddr: c.httpAddr,
 		AdvertiseGRPC: c.advGRPC, AdvertiseRaft: c.advRaft, AdvertiseHTTP: c.advHTTP,
 		Bootstrap: peers, Join: c.join, Logger: logger,
+		TLS: c.tls, Auth: c.auth, MaxMessageBytes: int(c.maxMessage),
 	}
+	cfg.Server.Limits = &limits
+	cfg.Server.SessionRate, cfg.Server.SessionBurst = c.sessionRate, int(c.sessionBurst)
 	if c.join != "" {
 		cfg.Bootstrap = nil
 	}
@@ -137,7 +204,6 @@ func (c *serveConfig) run() error {
 	if err != nil {
 		return err
 	}
-	logger.Warn("no authentication is configured: any client can use any namespace")
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
 	s := <-sig

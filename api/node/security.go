@@ -1,0 +1,69 @@
+package node
+
+import (
+	"crypto/tls"
+	"fmt"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/lockcluster/lockcluster/api/auth"
+	"github.com/lockcluster/lockcluster/api/secure"
+)
+
+// secure sets up TLS and auth: the gRPC server's credentials and
+// interceptors, the credentials this node uses to reach the others (API
+// forwarding and raft), and the HTTP port's TLS.
+func (n *Node) secure() error {
+	cfg := &n.cfg
+	authz, err := auth.New(cfg.Auth)
+	if err != nil {
+		return err
+	}
+	if authz.Enabled() {
+		n.serverOptions = append(n.serverOptions, grpc.ChainUnaryInterceptor(authz.Unary()), grpc.ChainStreamInterceptor(authz.Stream()))
+		cfg.Server.NodeToken = authz.NodeToken()
+	} else {
+		n.log.Warn("no authentication is configured: any client can use any namespace (see the README's production section)")
+	}
+	if cfg.MaxMessageBytes > 0 {
+		n.serverOptions = append(n.serverOptions, grpc.MaxRecvMsgSize(cfg.MaxMessageBytes))
+	}
+	if !cfg.TLS.Enabled() {
+		if cfg.Server.DialOptions == nil {
+			cfg.Server.DialOptions = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+		}
+		if authz.Enabled() {
+			n.log.Warn("auth without TLS: bearer tokens cross the network in the clear")
+		}
+		return nil
+	}
+	server, err := cfg.TLS.Server()
+	if err != nil {
+		return err
+	}
+	client, err := cfg.TLS.Client()
+	if err != nil {
+		return err
+	}
+	n.serverOptions = append(n.serverOptions, grpc.Creds(credentials.NewTLS(server)))
+	if cfg.Server.DialOptions == nil {
+		cfg.Server.DialOptions = []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(client))}
+	}
+	http := server.Clone()
+	http.ClientAuth = tls.NoClientCert
+	n.httpTLS = http
+	// Raft peers must present a certificate of the cluster's CA.
+	raftServer := server.Clone()
+	if raftServer.ClientCAs == nil {
+		return fmt.Errorf("tls: the raft links need the cluster's CA (--tls-ca) to verify peers")
+	}
+	raftServer.ClientAuth = tls.RequireAndVerifyClientCert
+	sl, err := secure.NewStreamLayer(cfg.RaftAddr, cfg.AdvertiseRaft, raftServer, client)
+	if err != nil {
+		return err
+	}
+	cfg.Raft.StreamLayer = sl
+	return nil
+}

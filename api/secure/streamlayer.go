@@ -1,0 +1,55 @@
+package secure
+
+import (
+	"crypto/tls"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// StreamLayer is a raft.StreamLayer over TLS: raft peers accept and dial
+// only TLS connections verified against the cluster's CA.
+type StreamLayer struct {
+	net.Listener
+	advertise net.Addr
+	client    *tls.Config
+}
+
+// NewStreamLayer listens on bind with server and dials with client.
+// advertise, when set, is the address other members reach this one on.
+func NewStreamLayer(bind, advertise string, server, client *tls.Config) (*StreamLayer, error) {
+	l, err := net.Listen("tcp", bind)
+	if err != nil {
+		return nil, fmt.Errorf("raft TLS listener %s: %w", bind, err)
+	}
+	var adv net.Addr = l.Addr()
+	if advertise != "" {
+		a, err := net.ResolveTCPAddr("tcp", advertise)
+		if err != nil {
+			l.Close()
+			return nil, fmt.Errorf("raft advertise address %s: %w", advertise, err)
+		}
+		adv = a
+	}
+	return &StreamLayer{Listener: tls.NewListener(l, server), advertise: adv, client: client}, nil
+}
+
+// Addr is the advertised address.
+func (s *StreamLayer) Addr() net.Addr { return s.advertise }
+
+// Dial opens a TLS connection to a peer.
+func (s *StreamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+	cfg := s.client.Clone()
+	if cfg.ServerName == "" {
+		host, _, err := net.SplitHostPort(string(address))
+		if err == nil {
+			cfg.ServerName = host
+		}
+	}
+	d := &net.Dialer{Timeout: timeout}
+	return tls.DialWithDialer(d, "tcp", string(address), cfg)
+}
+
+var _ raft.StreamLayer = (*StreamLayer)(nil)

@@ -1,0 +1,196 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/lockcluster/lockcluster"
+	"github.com/lockcluster/lockcluster/test/bench"
+)
+
+// benchFlags are the flags of 'lockcluster bench'.
+type benchFlags struct {
+	cfg          bench.Config
+	local        bool
+	serverBin    string
+	serveArgs    []string
+	ttl          time.Duration
+	preferLeader bool
+	connsPerNode int
+}
+
+func newBench(g *globals) *cobra.Command {
+	f := &benchFlags{cfg: bench.Config{Workload: bench.Uncontended, Workers: 16, Duration: 10 * time.Second, Warmup: time.Second,
+		WriteRatio: 0.2, Baseline: 200}, preferLeader: true}
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Measure a cluster: lock throughput, latency, hand-offs, failover, idle sessions",
+		Long: `Measure a cluster (--addr), or a local 3-node cluster it starts itself (--local:
+'lockcluster serve' processes on loopback, fsync on, data in a temporary
+directory). Workloads:
+
+  uncontended  every worker locks and releases a name of its own
+  contended    all workers lock one name: the hand-off rate and latency
+  rw           one name, readers (shared) and writers (exclusive, --write-ratio)
+  ifavailable  all workers try one name with ifAvailable
+  churn        open a session, lock, release, close the session, again
+  idle         --sessions sessions that only heartbeat: heartbeat cost, expiries
+  failover     kill the leader --trials times under load (--local only)
+  held         acquire --locks locks and keep them: each node's memory
+
+It reports acquire+release pairs per second and the p50/p90/p99/p99.9 of the
+acquire latency and of the hand-off (release started → next holder told), and
+with --local each node's CPU and RSS. Progress goes to stderr once a second;
+-o json writes the result as JSON. Every run stops by itself after --duration
+(plus --warmup) or --max-ops pairs.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := g.checkOutput(); err != nil {
+				return err
+			}
+			if err := f.cfg.Validate(); err != nil {
+				return &exitError{code: exitUsage, msg: err.Error()}
+			}
+			if f.cfg.Workload == bench.Failover && !f.local {
+				return &exitError{code: exitUsage, msg: "the failover workload kills nodes: it needs --local"}
+			}
+			return runBench(g, f, strings.Join(os.Args, " "))
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.cfg.Workload, "workload", f.cfg.Workload, "one of "+strings.Join(bench.Workloads, ", "))
+	fl.IntVar(&f.cfg.Workers, "workers", f.cfg.Workers, "concurrent workers (1…1024)")
+	fl.DurationVar(&f.cfg.Duration, "duration", f.cfg.Duration, "the measured window")
+	fl.DurationVar(&f.cfg.Warmup, "warmup", f.cfg.Warmup, "run this long before measuring")
+	fl.DurationVar(&f.cfg.Hold, "hold", 0, "how long each lock is held")
+	fl.IntVar(&f.cfg.Sessions, "sessions", 0, "sessions the workers share (default one per worker); idle: sessions to open (default 1000); held: sessions holding the locks")
+	fl.Float64Var(&f.cfg.WriteRatio, "write-ratio", f.cfg.WriteRatio, "rw: the share of exclusive requests")
+	fl.Int64Var(&f.cfg.MaxOps, "max-ops", 10_000_000, "stop after this many pairs")
+	fl.IntVar(&f.cfg.Baseline, "baseline", f.cfg.Baseline, "contended, rw: first measure one commit with this many single-worker acquires (0: skip)")
+	fl.IntVar(&f.cfg.Locks, "locks", 100_000, "held: how many locks to acquire")
+	fl.IntVar(&f.cfg.Trials, "trials", 10, "failover: how many times to kill the leader")
+	fl.DurationVar(&f.ttl, "ttl", 0, "session TTL (default: the client's, 10s)")
+	fl.BoolVar(&f.local, "local", false, "start a local 3-node cluster of serve processes (fsync on) and measure it")
+	fl.StringVar(&f.serverBin, "server-bin", "", "--local: the lockcluster binary the nodes run (default: this one)")
+	fl.StringArrayVar(&f.serveArgs, "serve-arg", nil, "--local: an extra flag for every 'serve' (repeatable)")
+	fl.BoolVar(&f.preferLeader, "prefer-leader", true, "put the leader's endpoint first, so that clients talk to it (no forwarding)")
+	fl.IntVar(&f.connsPerNode, "conns-per-node", 8, "idle: connections per node that carry the session streams")
+	return cmd
+}
+
+func runBench(g *globals, f *benchFlags, command string) error {
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	addrs := g.endpoints()
+	var cluster *bench.LocalCluster
+	if f.local {
+		bin := f.serverBin
+		if bin == "" {
+			var err error
+			if bin, err = os.Executable(); err != nil {
+				return err
+			}
+		}
+		fmt.Fprintln(os.Stderr, "starting a local 3-node cluster...")
+		var err error
+		if cluster, err = bench.StartLocal(ctx, bin, 3, f.serveArgs); err != nil {
+			return err
+		}
+		defer cluster.Stop()
+		addrs = cluster.Addrs()
+		fmt.Fprintf(os.Stderr, "cluster up: %s (data and logs in %s)\n", strings.Join(addrs, ","), cluster.Dir)
+	}
+	if f.preferLeader {
+		addrs = leaderFirst(ctx, addrs)
+	}
+	cfg := f.cfg
+	cfg.Progress = os.Stderr
+	d := &bench.Lockcluster{Endpoints: addrs, Namespace: g.namespace, TTL: f.ttl}
+	load := bench.LoadAvg()
+	var meter *bench.CPUMeter
+	if cluster != nil && cfg.Workload != bench.Idle && cfg.Workload != bench.Failover {
+		meter = cluster.Meter(ctx)
+	}
+	res := &bench.Result{Driver: d.Name(), Workload: cfg.Workload, Workers: cfg.Workers, Sessions: cfg.Sessions}
+	var err error
+	switch cfg.Workload {
+	case bench.Idle:
+		ic := bench.IdleConfig{Endpoints: addrs, Namespace: g.namespace, Sessions: cfg.Sessions, TTL: f.ttl, Duration: cfg.Duration,
+			ConnsPerNode: f.connsPerNode, Progress: os.Stderr}
+		if cluster != nil {
+			ic.PIDs, ic.LeaderPID = localPIDs(cluster, addrs), func() int { return leaderPID(ctx, cluster) }
+		}
+		res.Idle, err = bench.RunIdle(ctx, ic)
+		res.DurationS = cfg.Duration.Seconds()
+	case bench.Failover:
+		res.Failover, err = bench.RunFailover(ctx, bench.FailoverConfig{Cluster: cluster, Workers: cfg.Workers, Trials: cfg.Trials,
+			TTL: f.ttl, Prefix: cfg.Prefix, Progress: os.Stderr})
+		if err == nil {
+			res.SessionsLost = res.Failover.SessionsLost
+		}
+	case bench.HeldLocks:
+		hc := bench.HeldConfig{Driver: d, Sessions: cfg.Sessions, Locks: cfg.Locks, Workers: cfg.Workers, Prefix: cfg.Prefix, Progress: os.Stderr}
+		if cluster != nil {
+			hc.Measure = func() []bench.ProcUsage { return cluster.Meter(ctx).Stop() }
+		}
+		res.Held, err = bench.RunHeld(ctx, hc)
+	default:
+		res, err = bench.Run(ctx, d, cfg)
+	}
+	if err != nil {
+		return err
+	}
+	if meter != nil {
+		res.Processes = meter.Stop()
+	}
+	res.LoadAvg, res.Command = []float64{load, bench.LoadAvg()}, command
+	if g.output == "json" {
+		return printJSON(os.Stdout, res)
+	}
+	return res.WriteTable(os.Stdout)
+}
+
+// leaderFirst reorders addrs so that the leader's endpoint comes first.
+func leaderFirst(ctx context.Context, addrs []string) []string {
+	a, err := lockcluster.DialAdmin(addrs)
+	if err != nil {
+		return addrs
+	}
+	defer a.Close()
+	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	for i, st := range a.Status(sctx) {
+		if st.Err == "" && st.State == "Leader" {
+			return append([]string{addrs[i]}, append(append([]string(nil), addrs[:i]...), addrs[i+1:]...)...)
+		}
+	}
+	return addrs
+}
+
+// localPIDs returns the pids of the nodes serving addrs, in that order.
+func localPIDs(c *bench.LocalCluster, addrs []string) []int {
+	var out []int
+	for _, a := range addrs {
+		for _, nd := range c.Nodes {
+			if nd.GRPC == a {
+				out = append(out, nd.PID())
+			}
+		}
+	}
+	return out
+}
+
+func leaderPID(ctx context.Context, c *bench.LocalCluster) int {
+	i, err := c.Leader(ctx, 5*time.Second)
+	if err != nil {
+		return 0
+	}
+	return c.Nodes[i].PID()
+}
