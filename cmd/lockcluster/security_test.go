@@ -78,6 +78,7 @@ func TestTLSAndNamespaceAuth(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer la.Release(ctx)
 	if _, err := b.Acquire(ctx, "db", lockcluster.Options{IfAvailable: true}); err != nil {
 		t.Fatalf("b's own namespace: %v", err)
 	}
