@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"syscall"
 	"testing"
 	"time"
 
@@ -91,5 +92,56 @@ func TestKillLeaderLosesNothing(t *testing.T) {
 	}
 	if err := granted.Err(); err != nil {
 		t.Errorf("the waiter's lock was lost after the failover: %v", err)
+	}
+}
+
+// SIGTERM on the leader hands leadership over first: a client working in a
+// loop sees no error, at most a retry.
+func TestGracefulLeaderShutdown(t *testing.T) {
+	pc := startProcs(t, 3)
+	c := dialT(t, pc.addrs())
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	stop := make(chan struct{})
+	type result struct {
+		ops, errs int
+		slowest   time.Duration
+		lastErr   error
+	}
+	done := make(chan result, 1)
+	go func() {
+		var r result
+		for {
+			select {
+			case <-stop:
+				done <- r
+				return
+			default:
+			}
+			t0 := time.Now()
+			err := c.Request(ctx, "loop", lockcluster.Options{}, func(context.Context, *lockcluster.Lock) error { return nil })
+			r.slowest = max(r.slowest, time.Since(t0))
+			r.ops++
+			if err != nil {
+				r.errs++
+				r.lastErr = err
+			}
+		}
+	}()
+	leader := pc.leader(5 * time.Second)
+	pc.signal(pc.nodes[leader], syscall.SIGTERM)
+	pc.wait(pc.nodes[leader])
+	pc.leader(5 * time.Second)
+	// Let the loop run on the new leader for a moment.
+	deadline := time.Now().Add(time.Second)
+	waitFor(t, 5*time.Second, "the loop to go on after the shutdown", func() bool { return time.Now().After(deadline) })
+	close(stop)
+	r := <-done
+	t.Logf("%d operations, slowest %s", r.ops, r.slowest.Round(time.Millisecond))
+	if r.errs > 0 {
+		t.Fatalf("%d of %d operations failed across a graceful leader shutdown; last: %v", r.errs, r.ops, r.lastErr)
+	}
+	if r.slowest > 2*time.Second {
+		t.Fatalf("an operation took %s across the shutdown", r.slowest)
 	}
 }

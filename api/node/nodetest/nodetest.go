@@ -46,6 +46,8 @@ type Options struct {
 	SessionTick time.Duration
 	// Quiet drops the nodes' logs instead of sending them to t.Log.
 	Quiet bool
+	// Node, if set, adjusts each node's configuration before it starts.
+	Node func(*node.Config)
 }
 
 type testWriter struct {
@@ -90,6 +92,9 @@ func Start(t T, n int, opts Options) *Cluster {
 			Logger: c.log,
 		}
 		cfg.Server.SessionTick = opts.SessionTick
+		if opts.Node != nil {
+			opts.Node(&cfg)
+		}
 		if i == 0 {
 			cfg.Bootstrap = []raftnode.Peer{{ID: cfg.ID}}
 		} else {
