@@ -12,18 +12,7 @@ import (
 
 func dial(t *testing.T, c *nodetest.Cluster, opts ...lockcluster.Option) *lockcluster.Client {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	cl, err := lockcluster.Dial(ctx, c.Addrs(), opts...)
-	if err != nil {
-		t.Fatalf("dial: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		cl.Close(ctx)
-	})
-	return cl
+	return dialAddrs(t, c.Addrs(), opts...)
 }
 
 func ctxT(t *testing.T) context.Context {

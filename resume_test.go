@@ -52,7 +52,8 @@ func TestGrantArrivesAfterTheStreamsNodeStops(t *testing.T) {
 
 func dialAddrs(t *testing.T, addrs []string, opts ...lockcluster.Option) *lockcluster.Client {
 	t.Helper()
-	ctx := ctxT(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
 	cl, err := lockcluster.Dial(ctx, addrs, opts...)
 	if err != nil {
 		t.Fatalf("dial: %v", err)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -11,22 +12,32 @@ import (
 	"github.com/lockcluster/lockcluster"
 )
 
+// withAdmin runs f with a connection for cluster operations and a context
+// bounded by --request-timeout; output says the command honours -o.
+func (g *globals) withAdmin(output bool, f func(ctx context.Context, a *lockcluster.Admin, args []string) error) func(*cobra.Command, []string) error {
+	return func(_ *cobra.Command, args []string) error {
+		if output {
+			if err := g.checkOutput(); err != nil {
+				return err
+			}
+		}
+		a, err := g.admin()
+		if err != nil {
+			return adminExit(err)
+		}
+		defer a.Close()
+		ctx, cancel := g.ctx()
+		defer cancel()
+		return f(ctx, a, args)
+	}
+}
+
 func newMembers(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "members",
 		Short: "List the cluster's members",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := g.checkOutput(); err != nil {
-				return err
-			}
-			a, err := g.admin()
-			if err != nil {
-				return adminExit(err)
-			}
-			defer a.Close()
-			ctx, cancel := g.ctx()
-			defer cancel()
+		RunE: g.withAdmin(true, func(ctx context.Context, a *lockcluster.Admin, _ []string) error {
 			ms, err := a.Members(ctx)
 			if err != nil {
 				return clientExit(err)
@@ -44,7 +55,7 @@ func newMembers(g *globals) *cobra.Command {
 				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", m.ID, role, m.Suffrage, m.GRPCAddr, m.RaftAddr, m.HTTPAddr)
 			}
 			return w.Flush()
-		},
+		}),
 	}
 }
 
@@ -53,17 +64,7 @@ func newStatus(g *globals) *cobra.Command {
 		Use:   "status",
 		Short: "Show each endpoint's view of the cluster",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := g.checkOutput(); err != nil {
-				return err
-			}
-			a, err := g.admin()
-			if err != nil {
-				return adminExit(err)
-			}
-			defer a.Close()
-			ctx, cancel := g.ctx()
-			defer cancel()
+		RunE: g.withAdmin(true, func(ctx context.Context, a *lockcluster.Admin, _ []string) error {
 			sts := a.Status(ctx)
 			if g.output == "json" {
 				return printJSON(os.Stdout, sts)
@@ -82,7 +83,7 @@ func newStatus(g *globals) *cobra.Command {
 				return &exitError{code: exitUnavailable, msg: "no endpoint answered"}
 			}
 			return nil
-		},
+		}),
 	}
 }
 
@@ -93,24 +94,19 @@ func newJoin(g *globals) *cobra.Command {
 		Short: "Add a node to the cluster as a voter",
 		Long: `Add a node to the cluster as a voter. Usually a new node joins by itself
 ('lockcluster serve --join'); this command does it from outside.`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if m.ID == "" || m.RaftAddr == "" {
-				return &exitError{code: exitUsage, msg: "join needs --id and --raft-addr"}
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) != 0 || m.ID == "" || m.RaftAddr == "" {
+				return &exitError{code: exitUsage, msg: "usage: lockcluster join --id ID --raft-addr HOST:PORT [--grpc-addr HOST:PORT]"}
 			}
-			a, err := g.admin()
-			if err != nil {
-				return adminExit(err)
-			}
-			defer a.Close()
-			ctx, cancel := g.ctx()
-			defer cancel()
+			return nil
+		},
+		RunE: g.withAdmin(false, func(ctx context.Context, a *lockcluster.Admin, _ []string) error {
 			if err := a.Join(ctx, m); err != nil {
 				return clientExit(err)
 			}
 			fmt.Printf("%s joined\n", m.ID)
 			return nil
-		},
+		}),
 	}
 	cmd.Flags().StringVar(&m.ID, "id", "", "the node's id")
 	cmd.Flags().StringVar(&m.RaftAddr, "raft-addr", "", "the node's raft address")
@@ -129,20 +125,13 @@ func newLeave(g *globals) *cobra.Command {
 			}
 			return nil
 		},
-		RunE: func(cmd *cobra.Command, args []string) error {
-			a, err := g.admin()
-			if err != nil {
-				return adminExit(err)
-			}
-			defer a.Close()
-			ctx, cancel := g.ctx()
-			defer cancel()
+		RunE: g.withAdmin(false, func(ctx context.Context, a *lockcluster.Admin, args []string) error {
 			if err := a.Leave(ctx, args[0]); err != nil {
 				return clientExit(err)
 			}
 			fmt.Printf("%s removed\n", args[0])
 			return nil
-		},
+		}),
 	}
 }
 
@@ -151,20 +140,13 @@ func newHealth(g *globals) *cobra.Command {
 		Use:   "health",
 		Short: "Exit 0 when the (first) endpoint serves: it is up and has a leader",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			a, err := g.admin()
-			if err != nil {
-				return adminExit(err)
-			}
-			defer a.Close()
-			ctx, cancel := g.ctx()
-			defer cancel()
+		RunE: g.withAdmin(false, func(ctx context.Context, a *lockcluster.Admin, _ []string) error {
 			if err := a.Health(ctx); err != nil {
 				return &exitError{code: exitFailure, msg: err.Error()}
 			}
 			fmt.Println("serving")
 			return nil
-		},
+		}),
 	}
 }
 
