@@ -11,6 +11,7 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"fmt"
+	"net/http"
 	"strings"
 
 	"google.golang.org/grpc/credentials"
@@ -186,4 +187,22 @@ func (a *Authorizer) Namespace(c Caller, ns string) bool {
 		return false
 	}
 	return c.matches(g.tokens, g.ids)
+}
+
+// HTTP reports whether an HTTP request carries an admin credential: a
+// bearer token ("Authorization: Bearer T", as Prometheus sends it), the
+// token as a Basic password (as a browser asks for it), or an admin client
+// certificate. Always true when auth is off.
+func (a *Authorizer) HTTP(r *http.Request) bool {
+	if !a.Enabled() {
+		return true
+	}
+	var c Caller
+	if t, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok && t != "" {
+		c.token, c.hasToken = sha256.Sum256([]byte(t)), true
+	} else if _, p, ok := r.BasicAuth(); ok && p != "" {
+		c.token, c.hasToken = sha256.Sum256([]byte(p)), true
+	}
+	c.identities = secure.Identities(r.TLS)
+	return a.Admin(c)
 }

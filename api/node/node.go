@@ -25,8 +25,10 @@ import (
 
 	"github.com/lockcluster/lockcluster/api/auth"
 	pb "github.com/lockcluster/lockcluster/api/lockclusterv1"
+	"github.com/lockcluster/lockcluster/api/metrics"
 	"github.com/lockcluster/lockcluster/api/secure"
 	"github.com/lockcluster/lockcluster/api/server"
+	"github.com/lockcluster/lockcluster/api/web"
 	"github.com/lockcluster/lockcluster/fsm"
 	"github.com/lockcluster/lockcluster/fsm/raftfsm"
 	"github.com/lockcluster/lockcluster/raftnode"
@@ -74,6 +76,7 @@ type Node struct {
 	raft    *raftnode.Node
 	machine *fsm.Machine
 	srv     *server.Server
+	metrics *metrics.Metrics
 	grpc    *grpc.Server
 	health  *health.Server
 	http    *http.Server
@@ -82,6 +85,7 @@ type Node struct {
 	cancel  context.CancelFunc
 	// Set by secure: gRPC server options, the HTTP TLS configuration.
 	serverOptions []grpc.ServerOption
+	authz         *auth.Authorizer
 	httpTLS       *tls.Config
 	wg            sync.WaitGroup
 	once          sync.Once
@@ -127,6 +131,7 @@ func Start(cfg Config) (*Node, error) {
 func (n *Node) start() error {
 	cfg := n.cfg
 	n.machine = fsm.New()
+	n.metrics = metrics.New(n.machine) // before raft starts: it installs go-metrics' sink
 	self := fsm.Member{ID: cfg.ID, GRPCAddr: orElse(cfg.AdvertiseGRPC, n.grpcLis.Addr().String())}
 	if n.httpLis != nil {
 		self.HTTPAddr = orElse(cfg.AdvertiseHTTP, n.httpLis.Addr().String())
@@ -134,12 +139,12 @@ func (n *Node) start() error {
 	// The raft address is known once the transport listens: Self is filled
 	// in after raftnode.New, before the server runs.
 	scfg := n.cfg.Server
-	scfg.Machine, scfg.Logger = n.machine, n.log.Named("api")
+	scfg.Machine, scfg.Logger, scfg.Observer = n.machine, n.log.Named("api"), n.metrics
 	rcfg := n.cfg.Raft
 	rcfg.ID, rcfg.DataDir, rcfg.BindAddr, rcfg.AdvertiseAddr = cfg.ID, filepath.Join(cfg.DataDir, "raft"), cfg.RaftAddr, cfg.AdvertiseRaft
 	rcfg.Bootstrap, rcfg.Logger = cfg.Bootstrap, n.log.Named("raft")
 	srvHolder := &sinkHolder{}
-	adapter := raftfsm.New(n.machine, raftfsm.WithSink(srvHolder.apply), raftfsm.WithLogger(n.log.Named("fsm")))
+	adapter := raftfsm.New(n.machine, raftfsm.WithSink(func(i uint64, ap fsm.Applied) { n.metrics.Applied(i, ap); srvHolder.apply(i, ap) }), raftfsm.WithLogger(n.log.Named("fsm")))
 	var err error
 	if n.raft, err = raftnode.New(rcfg, adapter); err != nil {
 		return fmt.Errorf("node: %w", err)
@@ -149,11 +154,12 @@ func (n *Node) start() error {
 	n.srv = server.New(scfg)
 	srvHolder.set(n.srv)
 
-	n.grpc = grpc.NewServer(n.serverOptions...)
+	n.grpc = grpc.NewServer(append(n.metrics.ServerOptions(), n.serverOptions...)...)
 	n.srv.Register(n.grpc)
 	n.health = health.NewServer()
 	healthpb.RegisterHealthServer(n.grpc, n.health)
 	reflection.Register(n.grpc)
+	n.metrics.InitializeGRPC(n.grpc)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	n.cancel = cancel
@@ -252,6 +258,14 @@ func (n *Node) watchHealth(ctx context.Context) {
 
 func (n *Node) httpHandler() http.Handler {
 	mux := http.NewServeMux()
+	// With auth on, the metrics and the status page show every namespace:
+	// they need the admin credential.
+	var authorize func(*http.Request) bool
+	if n.authz.Enabled() {
+		authorize = n.authz.HTTP
+	}
+	mux.Handle("/metrics", web.Protect(authorize, n.metrics.Handler()))
+	mux.Handle("/", web.Handler(web.Options{NodeID: n.cfg.ID, Machine: n.machine, Raft: n.raft, Authorize: authorize}))
 	mux.HandleFunc("/livez", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
 		if id, _ := n.raft.Leader(); id == "" {

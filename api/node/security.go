@@ -21,6 +21,7 @@ func (n *Node) secure() error {
 	if err != nil {
 		return err
 	}
+	n.authz = authz
 	if authz.Enabled() {
 		n.serverOptions = append(n.serverOptions, grpc.ChainUnaryInterceptor(authz.Unary()), grpc.ChainStreamInterceptor(authz.Stream()))
 		cfg.Server.NodeToken = authz.NodeToken()

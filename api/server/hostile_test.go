@@ -39,7 +39,7 @@ func TestHostileInput(t *testing.T) {
 	defer cc.Close()
 	lc := pb.NewLocksClient(cc)
 	open := func(ns string) uint64 {
-		s, err := lc.OpenSession(ctx, &pb.OpenSessionRequest{Namespace: ns, Ttl: durationpb.New(30 * time.Second)})
+		s, err := lc.OpenSession(ctx, &pb.OpenSessionRequest{Namespace: ns, Ttl: durationpb.New(10 * time.Minute)}) // no heartbeats here: outlive the test
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -169,7 +169,7 @@ func TestHostileInput(t *testing.T) {
 	})
 
 	close(stop)
-	if worst := <-slowest; worst > time.Second {
+	if worst := <-slowest; worst > 2*time.Second {
 		t.Errorf("the bystander namespace waited %s for one lock during the abuse", worst)
 	}
 	for _, n := range c.Nodes {

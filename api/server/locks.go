@@ -59,20 +59,26 @@ func (s *Server) OpenSession(ctx context.Context, req *pb.OpenSessionRequest) (*
 }
 
 func (s *Server) CloseSession(ctx context.Context, req *pb.CloseSessionRequest) (*pb.CloseSessionResponse, error) {
+	start := s.cfg.Now()
 	cmd := &fsm.CloseSession{Session: req.SessionId, Namespace: req.Namespace}
-	_, idx, fwd, err := write(s, ctx, cmd, func(ctx context.Context, c pb.LocksClient) (*pb.CloseSessionResponse, error) {
+	ap, idx, fwd, err := write(s, ctx, cmd, func(ctx context.Context, c pb.LocksClient) (*pb.CloseSessionResponse, error) {
 		return c.CloseSession(ctx, req)
 	})
 	if err != nil || fwd != nil {
 		return deref(fwd), err
 	}
+	s.cfg.Observer.Freed(start, ap)
 	return &pb.CloseSessionResponse{Index: idx}, nil
 }
 
 func (s *Server) Request(ctx context.Context, req *pb.LockRequest) (*pb.LockResponse, error) {
+	start := s.cfg.Now()
 	mode, err := modeFromPB(req.Mode)
 	if err != nil {
 		return nil, err
+	}
+	if resp, ok := s.brokenGrant(req); ok { // only in the jepsenbroken test build (broken_on.go)
+		return resp, nil
 	}
 	cmd := &fsm.Request{Session: req.SessionId, Namespace: req.Namespace, RequestID: req.RequestId, Names: req.Names, Mode: mode,
 		IfAvailable: req.IfAvailable, Steal: req.Steal, Signal: req.Signal, AckBelow: req.AckBelow}
@@ -83,11 +89,13 @@ func (s *Server) Request(ctx context.Context, req *pb.LockRequest) (*pb.LockResp
 		return deref(fwd), err
 	}
 	r := ap.Result
+	s.cfg.Observer.Requested(req.Namespace, req.SessionId, req.RequestId, start, r)
 	return &pb.LockResponse{Status: statusToPB[r.Status], Token: r.Token, AcquiredAt: ts(r.AcquiredAt), Duplicate: r.Duplicate,
 		Index: idx, Cause: causeToPB[r.Cause], Reason: r.Reason}, nil
 }
 
 func (s *Server) Release(ctx context.Context, req *pb.ReleaseRequest) (*pb.ReleaseResponse, error) {
+	start := s.cfg.Now()
 	cmd := &fsm.Release{Session: req.SessionId, Namespace: req.Namespace, RequestID: req.RequestId, Token: req.Token, AckBelow: req.AckBelow}
 	ap, idx, fwd, err := write(s, ctx, cmd, func(ctx context.Context, c pb.LocksClient) (*pb.ReleaseResponse, error) {
 		return c.Release(ctx, req)
@@ -95,11 +103,13 @@ func (s *Server) Release(ctx context.Context, req *pb.ReleaseRequest) (*pb.Relea
 	if err != nil || fwd != nil {
 		return deref(fwd), err
 	}
+	s.cfg.Observer.Freed(start, ap)
 	r := ap.Result
 	return &pb.ReleaseResponse{Status: statusToPB[r.Status], Token: r.Token, Duplicate: r.Duplicate, Index: idx}, nil
 }
 
 func (s *Server) Abort(ctx context.Context, req *pb.AbortRequest) (*pb.AbortResponse, error) {
+	start := s.cfg.Now()
 	cmd := &fsm.Abort{Session: req.SessionId, Namespace: req.Namespace, RequestID: req.RequestId, Reason: req.Reason, AckBelow: req.AckBelow}
 	ap, idx, fwd, err := write(s, ctx, cmd, func(ctx context.Context, c pb.LocksClient) (*pb.AbortResponse, error) {
 		return c.Abort(ctx, req)
@@ -107,6 +117,7 @@ func (s *Server) Abort(ctx context.Context, req *pb.AbortRequest) (*pb.AbortResp
 	if err != nil || fwd != nil {
 		return deref(fwd), err
 	}
+	s.cfg.Observer.Freed(start, ap)
 	r := ap.Result
 	return &pb.AbortResponse{Status: statusToPB[r.Status], Token: r.Token, Cause: causeToPB[r.Cause], Reason: r.Reason, Duplicate: r.Duplicate, Index: idx}, nil
 }

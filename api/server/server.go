@@ -45,7 +45,23 @@ type Config struct {
 	// (0: no bound); SessionBurst is the burst allowed above it.
 	SessionRate  float64
 	SessionBurst int
+	// Observer hears of the requests this node proposed, for the acquire
+	// and hand-off latency metrics (default: nothing).
+	Observer Observer
 }
+
+// Observer is told, on the node that proposed an entry, when a request was
+// answered and when a release, abort or session end was applied; start is
+// when the call arrived. api/metrics implements it.
+type Observer interface {
+	Requested(namespace string, session, requestID uint64, start time.Time, r fsm.Result)
+	Freed(start time.Time, ap fsm.Applied)
+}
+
+type nopObserver struct{}
+
+func (nopObserver) Requested(string, uint64, uint64, time.Time, fsm.Result) {}
+func (nopObserver) Freed(time.Time, fsm.Applied)                            {}
 
 // Server serves lockcluster.v1 on one node.
 type Server struct {
@@ -75,6 +91,9 @@ func New(cfg Config) *Server {
 	}
 	if cfg.HeartbeatFlush <= 0 {
 		cfg.HeartbeatFlush = 20 * time.Millisecond
+	}
+	if cfg.Observer == nil {
+		cfg.Observer = nopObserver{}
 	}
 	if cfg.DefaultTTL <= 0 {
 		cfg.DefaultTTL = 10 * time.Second
@@ -158,9 +177,11 @@ type expirer struct{ s *Server }
 func (e expirer) Expire(ctx context.Context, id uint64) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
+	start := e.s.cfg.Now()
 	ap, _, err := e.s.propose(ctx, &fsm.ExpireSession{Session: id})
 	if err != nil {
 		return err
 	}
+	e.s.cfg.Observer.Freed(start, ap)
 	return ap.Result.Err
 }

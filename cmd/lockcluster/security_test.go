@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -129,6 +130,35 @@ func TestTLSAndNamespaceAuth(t *testing.T) {
 	}
 	if out, code := members(adminToken); code != 0 || strings.Count(out, "Voter") != 3 {
 		t.Fatalf("members with the admin token: exit %d: %s", code, out)
+	}
+	// The metrics and the status page show every namespace: admin only.
+	caCfg, err := secure.Files{CA: filepath.Join(certs, "ca.crt")}.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: caCfg}, Timeout: 5 * time.Second}
+	for _, path := range []string{"/metrics", "/", "/api/state"} {
+		get := func(token string) int {
+			req, _ := http.NewRequest("GET", "https://"+pc.nodes[0].http+path, nil)
+			if token != "" {
+				req.Header.Set("Authorization", "Bearer "+token)
+			}
+			resp, err := hc.Do(req)
+			if err != nil {
+				t.Fatalf("GET %s: %v", path, err)
+			}
+			resp.Body.Close()
+			return resp.StatusCode
+		}
+		if code := get(""); code != http.StatusUnauthorized {
+			t.Errorf("GET %s without credentials: %d", path, code)
+		}
+		if code := get(tokenA); code != http.StatusUnauthorized {
+			t.Errorf("GET %s with a namespace token: %d", path, code)
+		}
+		if code := get(adminToken); code != http.StatusOK {
+			t.Errorf("GET %s with the admin token: %d", path, code)
+		}
 	}
 	// Tokens never reach the logs.
 	for _, p := range pc.nodes {
