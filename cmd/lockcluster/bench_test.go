@@ -1,0 +1,53 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os/exec"
+	"testing"
+	"time"
+
+	"github.com/lockcluster/lockcluster/test/bench"
+)
+
+// 'lockcluster bench --local' starts its own 3-node cluster, runs, stops
+// it, and writes a sane JSON result.
+func TestBenchLocalWritesJSON(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a cluster")
+	}
+	var stdout, stderr bytes.Buffer
+	cmd := exec.Command(binary(t), "bench", "--local", "--workload", "contended", "--workers", "4", "--duration", "2s",
+		"--warmup", "200ms", "--baseline", "20", "-o", "json")
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	start := time.Now()
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%v\nstderr:\n%s", err, stderr.String())
+	}
+	if d := time.Since(start); d > 60*time.Second {
+		t.Errorf("took %s", d)
+	}
+	var r bench.Result
+	if err := json.Unmarshal(stdout.Bytes(), &r); err != nil {
+		t.Fatalf("%v\n%s", err, stdout.String())
+	}
+	if r.Driver != "lockcluster" || r.Workload != "contended" || r.Workers != 4 || r.DurationS < 1.9 || r.DurationS > 3 {
+		t.Errorf("header: %+v", r)
+	}
+	if r.Pairs == 0 || r.PairsPerSec <= 0 || r.Errors != 0 || r.SessionsLost != 0 {
+		t.Errorf("pairs %d (%.1f/s), errors %d %v, sessions lost %d", r.Pairs, r.PairsPerSec, r.Errors, r.ErrorSamples, r.SessionsLost)
+	}
+	if r.Handoffs == 0 || r.Handoff.P50MS <= 0 || r.CommitP50MS <= 0 {
+		t.Errorf("hand-offs %d, hand-off %+v, commit p50 %v", r.Handoffs, r.Handoff, r.CommitP50MS)
+	}
+	a := r.Acquire
+	if a.Count < r.Pairs || !(0 < a.P50MS && a.P50MS <= a.P90MS && a.P90MS <= a.P99MS && a.P99MS <= a.P999MS && a.P999MS <= a.MaxMS) {
+		t.Errorf("acquire latency %+v", a)
+	}
+	if len(r.Processes) != 4 || len(r.LoadAvg) != 2 {
+		t.Errorf("processes %+v, load %v", r.Processes, r.LoadAvg)
+	}
+	if !bytes.Contains(stderr.Bytes(), []byte("measuring")) {
+		t.Errorf("no progress on stderr:\n%s", stderr.String())
+	}
+}

@@ -1,0 +1,86 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/lockcluster/lockcluster"
+)
+
+// Lockcluster drives a lockcluster cluster through the Go client: every
+// session is a lockcluster.Client (its own connection and session stream).
+type Lockcluster struct {
+	Endpoints []string
+	Namespace string
+	TTL       time.Duration // 0: the client's default (10s)
+	// Rotate spreads sessions over the endpoints: session i lists the
+	// endpoints starting at i mod len. Without it every client starts on
+	// the first endpoint, as clients given one LOCKCLUSTER_ADDR do.
+	Rotate bool
+	n      atomic.Int64
+}
+
+// Name implements Driver.
+func (d *Lockcluster) Name() string { return "lockcluster" }
+
+// Close implements Driver.
+func (d *Lockcluster) Close() error { return nil }
+
+// Open implements Driver.
+func (d *Lockcluster) Open(ctx context.Context) (Session, error) {
+	eps := d.Endpoints
+	if d.Rotate && len(eps) > 1 {
+		i := int(d.n.Add(1)-1) % len(eps)
+		eps = append(append([]string(nil), eps[i:]...), eps[:i]...)
+	}
+	opts := []lockcluster.Option{lockcluster.WithLabel("bench")}
+	if d.Namespace != "" {
+		opts = append(opts, lockcluster.WithNamespace(d.Namespace))
+	}
+	if d.TTL > 0 {
+		opts = append(opts, lockcluster.WithTTL(d.TTL))
+	}
+	c, err := lockcluster.Dial(ctx, eps, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return &lcSession{c: c, id: c.SessionID()}, nil
+}
+
+type lcSession struct {
+	c  *lockcluster.Client
+	id uint64
+}
+
+func (s *lcSession) Lock(ctx context.Context, name string, shared, ifAvailable bool) (Held, error) {
+	opts := lockcluster.Options{IfAvailable: ifAvailable}
+	if shared {
+		opts.Mode = lockcluster.Shared
+	}
+	l, err := s.c.Acquire(ctx, name, opts)
+	if errors.Is(err, lockcluster.ErrNotAvailable) {
+		return nil, ErrNotAvailable
+	}
+	if err != nil {
+		return nil, err
+	}
+	return lcHeld{l}, nil
+}
+
+func (s *lcSession) Close(ctx context.Context) error { return s.c.Close(ctx) }
+
+// Lost reports whether the client is no longer on the session it opened
+// (the cluster expired or closed it, or the client gave it up).
+func (s *lcSession) Lost() bool { return s.c.SessionID() != s.id }
+
+type lcHeld struct{ l *lockcluster.Lock }
+
+func (h lcHeld) Release(ctx context.Context) error {
+	if err := h.l.Err(); err != nil && !errors.Is(err, lockcluster.ErrReleased) {
+		return fmt.Errorf("lock lost before release: %w", err)
+	}
+	return h.l.Release(ctx)
+}

@@ -1,0 +1,124 @@
+package bench
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// ProcUsage is one process's CPU use over a window and its RSS at the end.
+type ProcUsage struct {
+	Name   string  `json:"name"`
+	PID    int     `json:"pid"`
+	Cores  float64 `json:"cpu_cores"` // CPU seconds per wall second
+	RSSMiB float64 `json:"rss_mib"`
+}
+
+// clockTick is USER_HZ, which /proc/PID/stat counts in; it is 100 on
+// every Linux this runs on.
+const clockTick = 100
+
+// CPUTime returns the user+system CPU time pid has used (from
+// /proc/PID/stat; Linux only).
+func CPUTime(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The command name (field 2) may hold spaces: fields after its ')'.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64) // field 14
+	stime, err2 := strconv.ParseInt(f[12], 10, 64) // field 15
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
+	}
+	return time.Duration(utime+stime) * time.Second / clockTick, nil
+}
+
+// RSS returns pid's resident set size in bytes (VmRSS of /proc/PID/status).
+func RSS(pid int) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			f := strings.Fields(rest)
+			if len(f) >= 1 {
+				kb, err := strconv.ParseInt(f[0], 10, 64)
+				return kb * 1024, err
+			}
+		}
+	}
+	return 0, fmt.Errorf("/proc/%d/status: no VmRSS", pid)
+}
+
+// LoadAvg returns the 1-minute load average (0 if unknown).
+func LoadAvg() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0
+	}
+	v, _ := strconv.ParseFloat(f[0], 64)
+	return v
+}
+
+// CPUMeter measures the CPU use of a set of processes over a window.
+type CPUMeter struct {
+	names []string
+	pids  []int
+	cpu   []time.Duration
+	at    time.Time
+}
+
+// StartCPU starts measuring the named processes (pid 0 is this process).
+func StartCPU(names []string, pids []int) *CPUMeter {
+	m := &CPUMeter{names: names, pids: pids, cpu: make([]time.Duration, len(pids)), at: time.Now()}
+	for i, p := range pids {
+		m.cpu[i] = cpuOf(p)
+	}
+	return m
+}
+
+func cpuOf(pid int) time.Duration {
+	if pid == 0 {
+		var ru syscall.Rusage
+		if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+			return 0
+		}
+		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	d, _ := CPUTime(pid)
+	return d
+}
+
+// Stop returns each process's cores used since StartCPU, and its RSS now.
+func (m *CPUMeter) Stop() []ProcUsage {
+	wall := time.Since(m.at).Seconds()
+	out := make([]ProcUsage, len(m.pids))
+	for i, p := range m.pids {
+		pid := p
+		if pid == 0 {
+			pid = os.Getpid()
+		}
+		used := (cpuOf(p) - m.cpu[i]).Seconds()
+		rss, _ := RSS(pid)
+		out[i] = ProcUsage{Name: m.names[i], PID: pid, Cores: float64(int64(used/wall*100)) / 100, RSSMiB: float64(rss>>10) / 1024}
+	}
+	return out
+}
