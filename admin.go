@@ -3,6 +3,7 @@ package lockcluster
 import (
 	"context"
 	"fmt"
+	"sync"
 
 	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -70,17 +71,25 @@ type Status struct {
 
 // Status asks every endpoint for its status; an unreachable one has Err.
 func (a *Admin) Status(ctx context.Context) []Status {
+	// All at once: one endpoint that does not answer must not use up the
+	// others' time.
 	out := make([]Status, len(a.c.conns))
+	var wg sync.WaitGroup
 	for i, cc := range a.c.conns {
-		st, err := pb.NewClusterClient(cc).Status(ctx, &pb.StatusRequest{})
-		if err != nil {
-			out[i] = Status{Addr: a.c.addrs[i], Err: fromStatus(err).Error()}
-			continue
-		}
-		out[i] = Status{NodeID: st.NodeId, Addr: a.c.addrs[i], State: st.State, LeaderID: st.LeaderId, LeaderAddr: st.LeaderAddr,
-			Term: st.Term, CommitIndex: st.CommitIndex, AppliedIndex: st.AppliedIndex, Sessions: st.Sessions, Held: st.Held,
-			Pending: st.Pending, Namespaces: st.Namespaces, Version: st.Version}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			st, err := pb.NewClusterClient(cc).Status(ctx, &pb.StatusRequest{})
+			if err != nil {
+				out[i] = Status{Addr: a.c.addrs[i], Err: fromStatus(err).Error()}
+				return
+			}
+			out[i] = Status{NodeID: st.NodeId, Addr: a.c.addrs[i], State: st.State, LeaderID: st.LeaderId, LeaderAddr: st.LeaderAddr,
+				Term: st.Term, CommitIndex: st.CommitIndex, AppliedIndex: st.AppliedIndex, Sessions: st.Sessions, Held: st.Held,
+				Pending: st.Pending, Namespaces: st.Namespaces, Version: st.Version}
+		}()
 	}
+	wg.Wait()
 	return out
 }
 

@@ -11,8 +11,10 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
 
 	pb "github.com/lockcluster/lockcluster/api/lockclusterv1"
 )
@@ -36,7 +38,13 @@ func (c *config) dialOptions() []grpc.DialOption {
 	if c.tls != nil {
 		creds = credentials.NewTLS(c.tls)
 	}
-	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds),
+		// Find a dead connection (a paused or vanished node) in seconds,
+		// not at the OS's TCP timeout, and move to another endpoint.
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 5 * time.Second, Timeout: 2 * time.Second, PermitWithoutStream: true}),
+		grpc.WithConnectParams(grpc.ConnectParams{MinConnectTimeout: 2 * time.Second,
+			Backoff: backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second}}),
+	}
 	if c.token != "" {
 		opts = append(opts, grpc.WithPerRPCCredentials(bearer{token: c.token, tls: c.tls != nil}))
 	}
@@ -176,11 +184,19 @@ func (c *Client) call(ctx context.Context, f func(context.Context, pb.LocksClien
 		c.mu.Lock()
 		i := c.cur
 		c.mu.Unlock()
-		err := f(ctx, pb.NewLocksClient(c.conns[i]))
+		// One attempt gets a bounded part of the caller's time: an endpoint
+		// that does not answer (a paused node) is left for the next one.
+		actx, cancel := ctx, context.CancelFunc(func() {})
+		if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > attemptTimeout {
+			actx, cancel = context.WithTimeout(ctx, attemptTimeout)
+		}
+		err := f(actx, pb.NewLocksClient(c.conns[i]))
+		timedOut := err != nil && ctx.Err() == nil && actx.Err() != nil
+		cancel()
 		if err == nil {
 			return nil
 		}
-		if !retryable(err) {
+		if !retryable(err) && !timedOut {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
@@ -224,6 +240,9 @@ func (c *Client) rotate(i int) {
 }
 
 var errClosed = errors.New("lockcluster: client closed")
+
+// attemptTimeout bounds one call to one endpoint.
+const attemptTimeout = 5 * time.Second
 
 // splitEndpoints accepts endpoints one per element or comma-separated, as
 // LOCKCLUSTER_ADDR has them.

@@ -150,13 +150,15 @@ func (n *Node) newTransport() (*raft.NetworkTransport, error) {
 		MaxRPCsInFlight:       cfg.MaxRPCsInFlight,
 		Timeout:               transportTimeout,
 	}
+	// The advertised address is kept as written: a host name stays a host
+	// name, resolved at each dial, so a peer that comes back with another IP
+	// (a container) is still found.
 	var advertise net.Addr
 	if cfg.AdvertiseAddr != "" {
-		a, err := net.ResolveTCPAddr("tcp", cfg.AdvertiseAddr)
-		if err != nil {
+		if _, _, err := net.SplitHostPort(cfg.AdvertiseAddr); err != nil {
 			return nil, fmt.Errorf("raftnode: AdvertiseAddr %q: %w", cfg.AdvertiseAddr, err)
 		}
-		advertise = a
+		advertise = hostAddr(cfg.AdvertiseAddr)
 	}
 	if cfg.StreamLayer != nil {
 		tc.Stream = cfg.StreamLayer
@@ -165,11 +167,43 @@ func (n *Node) newTransport() (*raft.NetworkTransport, error) {
 		}
 		return raft.NewNetworkTransportWithConfig(tc), nil
 	}
-	t, err := raft.NewTCPTransportWithConfig(cfg.BindAddr, advertise, tc)
+	l, err := net.Listen("tcp", cfg.BindAddr)
 	if err != nil {
 		return nil, fmt.Errorf("raftnode: raft transport on %s: %w", cfg.BindAddr, err)
 	}
-	return t, nil
+	if advertise == nil {
+		if a := l.Addr().(*net.TCPAddr); a.IP.IsUnspecified() {
+			l.Close()
+			return nil, fmt.Errorf("raftnode: BindAddr %s is a wildcard: set AdvertiseAddr to the address peers dial", cfg.BindAddr)
+		}
+		advertise = l.Addr()
+	}
+	tc.Stream = &tcpStream{Listener: l, advertise: advertise}
+	return raft.NewNetworkTransportWithConfig(tc), nil
+}
+
+// hostAddr is an address as written (host:port), resolved when dialled.
+type hostAddr string
+
+func (a hostAddr) Network() string { return "tcp" }
+func (a hostAddr) String() string  { return string(a) }
+
+// dialTimeout bounds a dial to a peer. Raft's own timeout (transportTimeout)
+// also bounds I/O, which may take longer; a peer that does not answer a
+// dial at all (a killed container) must not hold raft up for that long.
+const dialTimeout = 2 * time.Second
+
+// tcpStream is raft's plain TCP stream layer, advertising the address as
+// configured.
+type tcpStream struct {
+	net.Listener
+	advertise net.Addr
+}
+
+func (t *tcpStream) Addr() net.Addr { return t.advertise }
+
+func (t *tcpStream) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+	return net.DialTimeout("tcp", string(address), min(timeout, dialTimeout))
 }
 
 // advertisedStream overrides the address a StreamLayer advertises.

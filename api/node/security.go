@@ -3,10 +3,12 @@ package node
 import (
 	"crypto/tls"
 	"fmt"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
 
 	"github.com/lockcluster/lockcluster/api/auth"
 	"github.com/lockcluster/lockcluster/api/secure"
@@ -28,6 +30,12 @@ func (n *Node) secure() error {
 	} else {
 		n.log.Warn("no authentication is configured: any client can use any namespace (see the README's production section)")
 	}
+	// Clients and peers ping every few seconds to find dead connections (a
+	// paused node); allow it. The server pings idle clients too, to drop
+	// half-open connections.
+	n.serverOptions = append(n.serverOptions,
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: time.Second, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 15 * time.Second, Timeout: 5 * time.Second}))
 	if cfg.MaxMessageBytes > 0 {
 		n.serverOptions = append(n.serverOptions, grpc.MaxRecvMsgSize(cfg.MaxMessageBytes))
 	}

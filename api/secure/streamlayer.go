@@ -26,12 +26,12 @@ func NewStreamLayer(bind, advertise string, server, client *tls.Config) (*Stream
 	}
 	var adv net.Addr = l.Addr()
 	if advertise != "" {
-		a, err := net.ResolveTCPAddr("tcp", advertise)
-		if err != nil {
+		// Kept as written: a host name is resolved at each dial.
+		if _, _, err := net.SplitHostPort(advertise); err != nil {
 			l.Close()
 			return nil, fmt.Errorf("raft advertise address %s: %w", advertise, err)
 		}
-		adv = a
+		adv = hostAddr(advertise)
 	}
 	return &StreamLayer{Listener: tls.NewListener(l, server), advertise: adv, client: client}, nil
 }
@@ -48,8 +48,18 @@ func (s *StreamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (n
 			cfg.ServerName = host
 		}
 	}
-	d := &net.Dialer{Timeout: timeout}
+	d := &net.Dialer{Timeout: min(timeout, dialTimeout)}
 	return tls.DialWithDialer(d, "tcp", string(address), cfg)
 }
 
 var _ raft.StreamLayer = (*StreamLayer)(nil)
+
+// hostAddr is an address as written (host:port).
+type hostAddr string
+
+func (a hostAddr) Network() string { return "tcp" }
+func (a hostAddr) String() string  { return string(a) }
+
+// dialTimeout bounds a dial to a peer that does not answer (a killed
+// container), below raft's I/O timeout.
+const dialTimeout = 2 * time.Second

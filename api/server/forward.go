@@ -4,10 +4,15 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
 
+	pb "github.com/lockcluster/lockcluster/api/lockclusterv1"
 	"github.com/lockcluster/lockcluster/raftnode"
 )
 
@@ -17,6 +22,9 @@ import (
 // leader either fails with NOT_LEADER, and the client retries.
 
 const forwardedKey = "lockcluster-forwarded"
+
+// forwardTimeout bounds one forwarded call.
+const forwardTimeout = 5 * time.Second
 
 func isForwarded(ctx context.Context) bool {
 	md, _ := metadata.FromIncomingContext(ctx)
@@ -64,7 +72,17 @@ func forward[T any](s *Server, ctx context.Context, err error, call func(context
 	if cerr != nil {
 		return zero, toStatus(cerr)
 	}
-	return call(s.forwardContext(ctx), cc)
+	// A forwarded call gets a bounded part of the caller's time: if the
+	// leader it names is gone, the caller retries (with the same request
+	// id) rather than waiting out its whole deadline here.
+	fctx, cancel := context.WithTimeout(ctx, forwardTimeout)
+	defer cancel()
+	r, ferr := call(s.forwardContext(fctx), cc)
+	if ferr != nil && ctx.Err() == nil && fctx.Err() != nil {
+		return zero, withInfo(codes.Unavailable, pb.ErrorReason_OUTCOME_UNKNOWN, "OutcomeUnknown",
+			"the leader did not answer the forwarded call in time (retry with the same request id)", nil)
+	}
+	return r, ferr
 }
 
 // peers caches client connections to other nodes' APIs.
@@ -75,6 +93,14 @@ type peers struct {
 }
 
 func newPeers(opts []grpc.DialOption) *peers {
+	// A peer that vanished (a killed container) does not refuse connections:
+	// give up on a connect after a second, and find a dead connection by
+	// keepalive, so forwarding moves on to the new leader quickly.
+	opts = append([]grpc.DialOption{
+		grpc.WithConnectParams(grpc.ConnectParams{MinConnectTimeout: time.Second,
+			Backoff: backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second}}),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 5 * time.Second, Timeout: 2 * time.Second, PermitWithoutStream: true}),
+	}, opts...)
 	return &peers{opts: opts, conns: map[string]*grpc.ClientConn{}}
 }
 

@@ -2,6 +2,9 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -143,5 +146,42 @@ func TestGracefulLeaderShutdown(t *testing.T) {
 	}
 	if r.slowest > 2*time.Second {
 		t.Fatalf("an operation took %s across the shutdown", r.slowest)
+	}
+}
+
+// A paused node (SIGSTOP, a GC pause, docker pause) neither refuses nor
+// answers: a client that talks to it moves to another endpoint within a
+// few seconds instead of waiting for its whole deadline.
+func TestPausedEndpointIsLeftBehind(t *testing.T) {
+	pc := startProcs(t, 3)
+	leader := pc.leader(5 * time.Second)
+	paused := (leader + 1) % 3
+	t0 := time.Now()
+	pc.directoryComplete(10 * time.Second) // so the follower can forward from the start
+	t.Logf("directory complete after %s", time.Since(t0))
+	addrs := append([]string{pc.nodes[paused].grpc}, pc.addrs()...)
+	c := dialT(t, addrs)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := c.Request(ctx, "p", lockcluster.Options{}, func(context.Context, *lockcluster.Lock) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	pc.signal(pc.nodes[paused], syscall.SIGSTOP)
+	defer pc.signal(pc.nodes[paused], syscall.SIGCONT)
+	waitFor(t, 5*time.Second, "the node to stop", func() bool {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pc.nodes[paused].cmd.Process.Pid))
+		f := strings.Fields(string(b))
+		return len(f) > 2 && f[2] == "T"
+	})
+	for i := 0; i < 3; i++ {
+		t0 := time.Now()
+		if err := c.Request(ctx, "p", lockcluster.Options{}, func(context.Context, *lockcluster.Lock) error { return nil }); err != nil {
+			t.Fatalf("with its endpoint paused: %v", err)
+		}
+		if d := time.Since(t0); d > 10*time.Second {
+			t.Fatalf("took %s to get past a paused endpoint", d)
+		} else {
+			t.Logf("request %d with the endpoint paused: %s", i, d.Round(time.Millisecond))
+		}
 	}
 }

@@ -215,3 +215,28 @@ func dialT(t *testing.T, addrs []string, opts ...lockcluster.Option) *lockcluste
 	})
 	return c
 }
+
+// directoryComplete waits until every member's API address is known, so
+// that any node can forward to the leader.
+func (pc *procCluster) directoryComplete(d time.Duration) {
+	pc.t.Helper()
+	a, err := lockcluster.DialAdmin(pc.addrs(), pc.opts...)
+	if err != nil {
+		pc.t.Fatal(err)
+	}
+	defer a.Close()
+	waitFor(pc.t, d, "the member directory", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		ms, err := a.Members(ctx)
+		if err != nil || len(ms) != len(pc.nodes) {
+			return false
+		}
+		for _, m := range ms {
+			if m.GRPCAddr == "" {
+				return false
+			}
+		}
+		return true
+	})
+}
