@@ -70,9 +70,11 @@ func TestClusterCommands(t *testing.T) {
 		if out, code := run(t, pc, "status"); code != 0 || strings.Count(out, "Leader") < 1 {
 			t.Fatalf("status: exit %d: %s", code, out)
 		}
-		if out, code := run(t, pc, "health"); code != 0 {
-			t.Fatalf("health: exit %d: %s", code, out)
-		}
+		// Health is a probe: a node reports SERVING once it sees a leader.
+		waitFor(t, 5*time.Second, "health to pass", func() bool {
+			_, code := run(t, pc, "health")
+			return code == 0
+		})
 		if out, code := run(t, pc, "health", "--addr", "127.0.0.1:1"); code == 0 {
 			t.Fatalf("health of a closed port: exit 0: %s", out)
 		}
