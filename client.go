@@ -215,7 +215,11 @@ func (c *Client) call(ctx context.Context, f func(context.Context, pb.LocksClien
 				return fmt.Errorf("%w: %v (last error: %v)", ErrUnavailable, ctx.Err(), fromStatus(last))
 			case <-time.After(backoff):
 			}
-			backoff = min(2*backoff, time.Second)
+			// A short ceiling: an election takes about a second, and a
+			// client that backed off to a whole second would notice the new
+			// leader up to a second late. A round of len(endpoints) calls
+			// every 100ms costs the nodes nothing.
+			backoff = min(2*backoff, 100*time.Millisecond)
 		}
 		if ctx.Err() != nil {
 			return fmt.Errorf("%w: %v (last error: %v)", ErrUnavailable, ctx.Err(), fromStatus(last))

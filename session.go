@@ -210,18 +210,34 @@ func (s *session) stream(lc pb.LocksClient) error {
 	}
 }
 
-// heartbeat sends a heartbeat every TTL/3, at once first.
+// heartbeat sends a heartbeat every TTL/3, at once first. A heartbeat
+// still unacknowledged after TTL/10 is sent again: a node drops the
+// heartbeats that arrive while no leader can renew the session (an
+// election), and waiting a whole TTL/3 for the next one let three
+// unlucky heartbeats in a row, around leader failures a few seconds
+// apart, cost the session (jeopardy after one TTL without an ack).
 func (s *session) heartbeat(ctx context.Context, st pb.Locks_SessionClient) error {
-	tick := time.NewTicker(max(s.ttl/3, 10*time.Millisecond))
+	every, retry := max(s.ttl/3, 10*time.Millisecond), max(s.ttl/10, 5*time.Millisecond)
+	tick := time.NewTicker(retry)
 	defer tick.Stop()
+	var last time.Time
+	var lastID uint64
 	for {
 		s.mu.Lock()
-		s.hbNext++
-		id := s.hbNext
-		s.hbSent[id] = time.Now()
+		_, unacked := s.hbSent[lastID]
+		due := last.IsZero() || time.Since(last) >= every || unacked && time.Since(last) >= retry
+		var id uint64
+		if due {
+			s.hbNext++
+			id = s.hbNext
+			s.hbSent[id] = time.Now()
+		}
 		s.mu.Unlock()
-		if err := st.Send(&pb.SessionUp{Kind: &pb.SessionUp_Heartbeat{Heartbeat: &pb.Heartbeat{Id: id}}}); err != nil {
-			return err
+		if due {
+			if err := st.Send(&pb.SessionUp{Kind: &pb.SessionUp_Heartbeat{Heartbeat: &pb.Heartbeat{Id: id}}}); err != nil {
+				return err
+			}
+			last, lastID = time.Now(), id
 		}
 		select {
 		case <-ctx.Done():

@@ -87,8 +87,12 @@ func (n *Node) open(fsm raft.FSM) error {
 		return fmt.Errorf("raftnode: data dir: %w", err)
 	}
 	store, err := raftboltdb.New(raftboltdb.Options{
-		Path:        filepath.Join(cfg.DataDir, "raft.db"),
-		BoltOptions: &bbolt.Options{Timeout: boltOpenTimeout},
+		Path: filepath.Join(cfg.DataDir, "raft.db"),
+		// The freelist is rebuilt from the pages when the file is opened, so
+		// it need not be written on every commit: fewer pages to write and
+		// fsync per append (etcd does the same). Durability is unchanged:
+		// every commit still fsyncs its data and meta pages.
+		BoltOptions: &bbolt.Options{Timeout: boltOpenTimeout, NoFreelistSync: true, FreelistType: bbolt.FreelistMapType},
 		NoSync:      false, // fsync every append: acknowledged entries survive a crash
 	})
 	if err != nil {

@@ -73,7 +73,8 @@ func TestHubCutsOffSlowStreamsAndSkipsSyncedEvents(t *testing.T) {
 	}
 	ev := func(seq uint64) fsm.Event { return fsm.Event{Session: 7, Seq: seq, Kind: fsm.EventGranted} }
 	h.publish(10, fsm.Applied{Events: []fsm.Event{ev(1), ev(2), ev(3), {Session: 8, Seq: 1}}})
-	if got := <-s.ch; got.Seq != 3 || got.Index != 10 {
+	<-s.ready
+	if got := s.take()[0]; got.Seq != 3 || got.Index != 10 {
 		t.Fatalf("first event %v: want seq 3 (1 and 2 are covered by the sync)", got)
 	}
 	for i := uint64(0); i <= subBuffer; i++ {

@@ -67,12 +67,14 @@ func (s *Server) Session(stream pb.Locks_SessionServer) error {
 	go s.heartbeats(ctx, stream, at.SessionId, acks, recvErr)
 	for {
 		select {
-		case ev := <-sub.ch:
-			if err := stream.Send(&pb.SessionDown{Kind: &pb.SessionDown_Event{Event: ev}}); err != nil {
-				return err
-			}
-			if ev.Kind == pb.Event_SESSION_ENDED {
-				return nil
+		case <-sub.ready:
+			for _, ev := range sub.take() {
+				if err := stream.Send(&pb.SessionDown{Kind: &pb.SessionDown_Event{Event: ev}}); err != nil {
+					return err
+				}
+				if ev.Kind == pb.Event_SESSION_ENDED {
+					return nil
+				}
 			}
 		case <-sub.gone:
 			return status.Error(codes.ResourceExhausted, "the session's event stream fell too far behind: reconnect to resynchronise")
