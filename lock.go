@@ -103,7 +103,18 @@ func (l *Lock) Release(ctx context.Context) error {
 			}
 			return err
 		})
-		if err != nil && !errors.Is(err, ErrSessionClosed) {
+		if errors.Is(err, ErrSessionClosed) {
+			// The session ended before the release: the lock was lost (the
+			// cluster expired it), and the holder must hear of it.
+			l.relErr = fmt.Errorf("%w: the session ended before the lock was released: %v", ErrSessionLost, err)
+			l.s.mu.Lock()
+			l.lost = l.relErr
+			l.s.mu.Unlock()
+			l.cancel(l.relErr)
+			l.s.forget(l.r)
+			return
+		}
+		if err != nil {
 			l.relErr = err
 			return
 		}

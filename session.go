@@ -122,23 +122,30 @@ func (s *session) end(cause error) {
 // watch ends the session when a whole TTL has passed since the send time of
 // the last acknowledged heartbeat (jeopardy, SPEC §4): by then the cluster
 // may expire it, so locks must be assumed lost before it can.
+//
+// The timer is set for the exact moment (not polled), so that the locks are
+// given up before the leader, which waits a TTL and a grace period from a
+// later instant (it received the heartbeat after it was sent), can expire
+// the session.
 func (s *session) watch() {
-	tick := time.NewTicker(max(s.ttl/20, 5*time.Millisecond))
-	defer tick.Stop()
+	timer := time.NewTimer(s.ttl)
+	defer timer.Stop()
 	for {
-		select {
-		case <-s.ctx.Done():
-			return
-		case <-tick.C:
-		}
 		s.mu.Lock()
-		late := time.Since(s.lastAcked) > s.ttl
+		left := time.Until(s.lastAcked.Add(s.ttl))
 		s.mu.Unlock()
-		if late {
-			s.end(fmt.Errorf("%w: no heartbeat acknowledged for a whole TTL (%s)", ErrSessionLost, s.ttl))
-			go s.c.closeQuietly(s.id)
-			return
+		if left > 0 {
+			timer.Reset(left)
+			select {
+			case <-s.ctx.Done():
+				return
+			case <-timer.C:
+			}
+			continue
 		}
+		s.end(fmt.Errorf("%w: no heartbeat acknowledged for a whole TTL (%s)", ErrSessionLost, s.ttl))
+		go s.c.closeQuietly(s.id)
+		return
 	}
 }
 

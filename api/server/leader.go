@@ -67,7 +67,7 @@ func (s *Server) lead(ctx context.Context) {
 	infos := s.m.Sessions()
 	arm := make([]session.Info, len(infos))
 	for i, in := range infos {
-		arm[i] = session.Info{ID: in.ID, TTL: time.Duration(in.TTL)}
+		arm[i] = session.Info{ID: in.ID, TTL: withGrace(time.Duration(in.TTL))}
 	}
 	s.tracker.Lead(arm)
 	s.log.Info("leading", "sessions", len(arm), "applied", s.m.LastIndex())

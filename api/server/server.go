@@ -115,7 +115,7 @@ func New(cfg Config) *Server {
 func (s *Server) Apply(index uint64, ap fsm.Applied) {
 	if ap.Result.Status == fsm.StatusOpened && !ap.Result.Duplicate && ap.Result.Err == nil {
 		if info, ok := s.m.Session(ap.Result.Session); ok {
-			s.tracker.Opened(info.ID, time.Duration(info.TTL))
+			s.tracker.Opened(info.ID, withGrace(time.Duration(info.TTL)))
 		}
 	}
 	for _, e := range ap.Events {
@@ -184,4 +184,13 @@ func (e expirer) Expire(ctx context.Context, id uint64) error {
 	}
 	e.s.cfg.Observer.Freed(start, ap)
 	return ap.Result.Err
+}
+
+// withGrace is how long the leader waits for a session's heartbeat: its TTL
+// and a tenth more (at least 50 ms). The client gives its locks up after
+// exactly one TTL from the send time of its last acknowledged heartbeat; the
+// grace covers the client's timer firing late and the two clocks' drift, so
+// that the locks are given up before the session can expire (SPEC §4).
+func withGrace(ttl time.Duration) time.Duration {
+	return ttl + max(ttl/10, 50*time.Millisecond)
 }

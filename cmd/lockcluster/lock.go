@@ -125,6 +125,9 @@ func runLocked(g *globals, name string, opts lockcluster.Options, timeout, grace
 	rctx, rcancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer rcancel()
 	if rerr := l.Release(rctx); rerr != nil && err == nil {
+		if errors.Is(rerr, lockcluster.ErrSessionLost) {
+			return &exitError{code: exitLost, msg: fmt.Sprintf("lock %q was lost before the command ended: %v", name, rerr)}
+		}
 		fmt.Fprintf(os.Stderr, "lockcluster: releasing lock %q: %v\n", name, rerr)
 	}
 	if err != nil {
