@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -46,15 +47,36 @@ func binary(t *testing.T) string {
 	return binPath
 }
 
+// freePort picks a free port below the kernel's ephemeral range (32768+),
+// where neither outgoing connections nor other tests' ":0" listeners take
+// ports, so that a port stays free between this check and the node's bind.
+// This package scans 20000-25999 (jepsen-lite and bench use other ranges).
 func freePort(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	portMu.Lock()
+	defer portMu.Unlock()
+	if nextPort == 0 {
+		nextPort = 20000 + rand.IntN(6000)
 	}
-	defer l.Close()
-	return l.Addr().String()
+	for range 6000 {
+		p := nextPort
+		if nextPort++; nextPort >= 26000 {
+			nextPort = 20000
+		}
+		addr := fmt.Sprintf("127.0.0.1:%d", p)
+		if l, err := net.Listen("tcp", addr); err == nil {
+			l.Close()
+			return addr
+		}
+	}
+	t.Fatal("no free port in 20000-25999")
+	return ""
 }
+
+var (
+	portMu   sync.Mutex
+	nextPort int
+)
 
 type proc struct {
 	id, grpc, raft, http string
@@ -112,6 +134,14 @@ func startProcsWith(t *testing.T, n int, extra func(id string) []string, opts []
 		}
 	})
 	pc.leader(15 * time.Second)
+	for _, p := range pc.nodes {
+		select {
+		case <-p.done:
+			b, _ := os.ReadFile(p.log)
+			t.Fatalf("%s exited at start:\n%s", p.id, b)
+		default:
+		}
+	}
 	return pc
 }
 
