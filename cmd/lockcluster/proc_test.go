@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +13,7 @@ import (
 	"time"
 
 	"github.com/lockcluster/lockcluster"
+	"github.com/lockcluster/lockcluster/api/node/nodetest"
 )
 
 // These tests run the real binary: a cluster of 'lockcluster serve'
@@ -47,36 +46,16 @@ func binary(t *testing.T) string {
 	return binPath
 }
 
-// freePort picks a free port below the kernel's ephemeral range (32768+),
-// where neither outgoing connections nor other tests' ":0" listeners take
-// ports, so that a port stays free between this check and the node's bind.
-// This package scans 20000-25999 (jepsen-lite and bench use other ranges).
+// freePort picks a free port for a node process; this package's tests take
+// them from 20000-25999 (see nodetest.FreePort).
 func freePort(t *testing.T) string {
 	t.Helper()
-	portMu.Lock()
-	defer portMu.Unlock()
-	if nextPort == 0 {
-		nextPort = 20000 + rand.IntN(6000)
+	addr, err := nodetest.FreePort(20000, 26000)
+	if err != nil {
+		t.Fatal(err)
 	}
-	for range 6000 {
-		p := nextPort
-		if nextPort++; nextPort >= 26000 {
-			nextPort = 20000
-		}
-		addr := fmt.Sprintf("127.0.0.1:%d", p)
-		if l, err := net.Listen("tcp", addr); err == nil {
-			l.Close()
-			return addr
-		}
-	}
-	t.Fatal("no free port in 20000-25999")
-	return ""
+	return addr
 }
-
-var (
-	portMu   sync.Mutex
-	nextPort int
-)
 
 type proc struct {
 	id, grpc, raft, http string

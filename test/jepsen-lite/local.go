@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +11,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/lockcluster/lockcluster/api/node/nodetest"
 )
 
 // localCluster runs each node as a `lockcluster serve` process on
@@ -63,34 +63,15 @@ func newLocalCluster(bin, dir string, n int) (*localCluster, error) {
 	return lc, nil
 }
 
-// freePort picks a free port below the kernel's ephemeral range (32768+),
-// where neither outgoing connections nor ":0" listeners take ports, so it
-// stays free until the node binds it. The harness scans 26000-29999 (the
-// CLI's tests use 20000-25999).
+// freePort picks a free port for a node; the harness takes them from
+// 26000-29999 (the CLI's tests use 20000-25999; see nodetest.FreePort).
 func freePort() string {
-	portMu.Lock()
-	defer portMu.Unlock()
-	if nextPort == 0 {
-		nextPort = 26000 + rand.IntN(4000)
+	addr, err := nodetest.FreePort(26000, 30000)
+	if err != nil {
+		panic(err)
 	}
-	for range 4000 {
-		p := nextPort
-		if nextPort++; nextPort >= 30000 {
-			nextPort = 26000
-		}
-		addr := fmt.Sprintf("127.0.0.1:%d", p)
-		if l, err := net.Listen("tcp", addr); err == nil {
-			l.Close()
-			return addr
-		}
-	}
-	panic("no free port in 26000-29999")
+	return addr
 }
-
-var (
-	portMu   sync.Mutex
-	nextPort int
-)
 
 func (lc *localCluster) Start(ctx context.Context) error {
 	for i := range lc.nodes {
