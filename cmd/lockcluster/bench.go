@@ -24,6 +24,8 @@ type benchFlags struct {
 	ttl          time.Duration
 	preferLeader bool
 	connsPerNode int
+	keep         bool
+	trialGap     time.Duration
 }
 
 func newBench(g *globals) *cobra.Command {
@@ -76,11 +78,13 @@ with --local each node's CPU and RSS. Progress goes to stderr once a second;
 	fl.IntVar(&f.cfg.Baseline, "baseline", f.cfg.Baseline, "contended, rw: first measure one commit with this many single-worker acquires (0: skip)")
 	fl.IntVar(&f.cfg.Locks, "locks", 100_000, "held: how many locks to acquire")
 	fl.IntVar(&f.cfg.Trials, "trials", 10, "failover: how many times to kill the leader")
+	fl.DurationVar(&f.trialGap, "trial-gap", time.Second, "failover: wait this long after the restarted node caught up before the next kill")
 	fl.DurationVar(&f.ttl, "ttl", 0, "session TTL (default: the client's, 10s)")
 	fl.BoolVar(&f.local, "local", false, "start a local 3-node cluster of serve processes (fsync on) and measure it")
 	fl.StringVar(&f.serverBin, "server-bin", "", "--local: the lockcluster binary the nodes run (default: this one)")
 	fl.StringArrayVar(&f.serveArgs, "serve-arg", nil, "--local: an extra flag for every 'serve' (repeatable)")
 	fl.BoolVar(&f.preferLeader, "prefer-leader", true, "put the leader's endpoint first, so that clients talk to it (no forwarding)")
+	fl.BoolVar(&f.keep, "keep", false, "--local: keep the nodes' data directories and logs")
 	fl.IntVar(&f.connsPerNode, "conns-per-node", 8, "idle: connections per node that carry the session streams")
 	return cmd
 }
@@ -103,6 +107,7 @@ func runBench(g *globals, f *benchFlags, command string) error {
 		if cluster, err = bench.StartLocal(ctx, bin, 3, f.serveArgs); err != nil {
 			return err
 		}
+		cluster.Keep = f.keep
 		defer cluster.Stop()
 		addrs = cluster.Addrs()
 		fmt.Fprintf(os.Stderr, "cluster up: %s (data and logs in %s)\n", strings.Join(addrs, ","), cluster.Dir)
@@ -131,7 +136,7 @@ func runBench(g *globals, f *benchFlags, command string) error {
 		res.DurationS = cfg.Duration.Seconds()
 	case bench.Failover:
 		res.Failover, err = bench.RunFailover(ctx, bench.FailoverConfig{Cluster: cluster, Workers: cfg.Workers, Trials: cfg.Trials,
-			TTL: f.ttl, Prefix: cfg.Prefix, Progress: os.Stderr})
+			Gap: f.trialGap, TTL: f.ttl, Prefix: cfg.Prefix, Progress: os.Stderr})
 		if err == nil {
 			res.SessionsLost = res.Failover.SessionsLost
 		}
@@ -149,6 +154,11 @@ func runBench(g *globals, f *benchFlags, command string) error {
 	}
 	if meter != nil {
 		res.Processes = meter.Stop()
+	}
+	if cluster != nil {
+		if i, err := cluster.Leader(ctx, 5*time.Second); err == nil {
+			res.RaftTimers = bench.RaftTimers(ctx, cluster.Nodes[i].HTTP)
+		}
 	}
 	res.LoadAvg, res.Command = []float64{load, bench.LoadAvg()}, command
 	if g.output == "json" {

@@ -14,11 +14,14 @@ import (
 
 // FailoverConfig configures RunFailover.
 type FailoverConfig struct {
-	Cluster  *LocalCluster
-	Workers  int // sessions running uncontended pairs all along
-	Probes   int // sessions that request a fresh lock right after each kill (0: 4)
-	Trials   int
-	TTL      time.Duration // sessions' TTL (0: 10s)
+	Cluster *LocalCluster
+	Workers int // sessions running uncontended pairs all along
+	Probes  int // sessions that request a fresh lock right after each kill (0: 4)
+	Trials  int
+	Gap     time.Duration
+	TTL     time.Duration // sessions' TTL (0: 10s)
+	// Gap is how long to wait, once the restarted node has caught up,
+	// before the next kill (0: 1s).
 	Prefix   string
 	Progress io.Writer
 }
@@ -41,10 +44,11 @@ type FailoverResult struct {
 	ElectedP50MS    float64         `json:"elected_p50_ms"`
 	// SessionsLost counts sessions (workers, probes, the holder) the
 	// cluster ended; HolderLost says whether a lock held all along was lost.
-	SessionsLost int64 `json:"sessions_lost"`
-	HolderLost   bool  `json:"holder_lost"`
-	WorkerPairs  int64 `json:"worker_pairs"`
-	WorkerErrors int64 `json:"worker_errors"`
+	SessionsLost int64  `json:"sessions_lost"`
+	HolderLost   bool   `json:"holder_lost"`
+	HolderCause  string `json:"holder_cause,omitempty"` // why the held lock ended
+	WorkerPairs  int64  `json:"worker_pairs"`
+	WorkerErrors int64  `json:"worker_errors"`
 }
 
 func (r *FailoverResult) write(w io.Writer) {
@@ -53,7 +57,7 @@ func (r *FailoverResult) write(w io.Writer) {
 		fmt.Fprintf(w, "  %d\t%s\t%.0f\t%.0f\n", i+1, t.Killed, t.ElectedMS, t.FirstGrantMS)
 	}
 	fmt.Fprintf(w, "first grant after kill\tp50 %.0f ms\tmax %.0f ms\telected p50 %.0f ms\n", r.FirstGrantP50MS, r.FirstGrantMaxMS, r.ElectedP50MS)
-	fmt.Fprintf(w, "sessions lost\t%d\tlock held throughout lost: %v\tworker pairs %d, errors %d\n", r.SessionsLost, r.HolderLost, r.WorkerPairs, r.WorkerErrors)
+	fmt.Fprintf(w, "sessions lost\t%d\tlock held throughout lost: %v %s\tworker pairs %d, errors %d\n", r.SessionsLost, r.HolderLost, r.HolderCause, r.WorkerPairs, r.WorkerErrors)
 }
 
 // RunFailover kills the leader cfg.Trials times under load, restarting it
@@ -61,6 +65,9 @@ func (r *FailoverResult) write(w io.Writer) {
 func RunFailover(ctx context.Context, cfg FailoverConfig) (*FailoverResult, error) {
 	if cfg.Probes <= 0 {
 		cfg.Probes = 4
+	}
+	if cfg.Gap <= 0 {
+		cfg.Gap = time.Second
 	}
 	c := cfg.Cluster
 	d := &Lockcluster{Endpoints: c.Addrs(), TTL: cfg.TTL, Rotate: true}
@@ -106,7 +113,7 @@ func RunFailover(ctx context.Context, cfg FailoverConfig) (*FailoverResult, erro
 			wg.Wait()
 			return nil, err
 		}
-		sleepCtx(ctx, time.Second)
+		sleepCtx(ctx, cfg.Gap)
 		leader, err := c.Leader(ctx, 10*time.Second)
 		if err != nil {
 			stop()
@@ -132,7 +139,7 @@ func RunFailover(ctx context.Context, cfg FailoverConfig) (*FailoverResult, erro
 	res.FirstGrantP50MS, res.ElectedP50MS = ms(median(grantAll)), ms(median(electedAll))
 	res.FirstGrantMaxMS = ms(slices.Max(grantAll))
 	if l, ok := held.(lcHeld); ok && l.l.Err() != nil {
-		res.HolderLost = true
+		res.HolderLost, res.HolderCause = true, l.l.Err().Error()
 	}
 	for _, s := range all {
 		if e, ok := s.(Expirer); ok && e.Lost() {

@@ -54,6 +54,7 @@ type IdleResult struct {
 	// acknowledged heartbeat (the Go client would give their locks up).
 	Jeopardy     int64       `json:"jeopardy"`
 	StreamErrors int64       `json:"stream_errors"`
+	OpenRetries  int64       `json:"open_retries"` // opens retried because no leader answered
 	LeaderCores  float64     `json:"leader_cpu_cores,omitempty"`
 	Processes    []ProcUsage `json:"processes,omitempty"`
 }
@@ -62,7 +63,7 @@ func (r *IdleResult) write(w io.Writer) {
 	fmt.Fprintf(w, "idle sessions\t%d\tTTL %gms\topened+attached in %.1fs\n", r.Sessions, r.TTLMS, r.OpenS)
 	fmt.Fprintf(w, "heartbeats\t%d\t%.0f/s\tacks %d\n", r.Heartbeats, r.HeartbeatsSec, r.Acks)
 	fmt.Fprintf(w, "heartbeat ack (ms)\tp50 %.3f\tp99 %.3f\tmax %.3f\n", r.AckLatency.P50MS, r.AckLatency.P99MS, r.AckLatency.MaxMS)
-	fmt.Fprintf(w, "expired\t%d\tjeopardy %d\tstream errors %d\n", r.Expired, r.Jeopardy, r.StreamErrors)
+	fmt.Fprintf(w, "expired\t%d\tjeopardy %d\tstream errors %d\topen retries %d\n", r.Expired, r.Jeopardy, r.StreamErrors, r.OpenRetries)
 	if r.LeaderCores > 0 {
 		fmt.Fprintf(w, "leader CPU\t%.2f cores\n", r.LeaderCores)
 	}
@@ -87,14 +88,22 @@ type idleSession struct {
 // sessionStream boxes a stream for an atomic pointer.
 type sessionStream struct{ pb.Locks_SessionClient }
 
+// shard is the sessions one sender goroutine heartbeats.
+type shard struct {
+	mu sync.Mutex
+	ss []*idleSession
+}
+
 type idleRun struct {
 	cfg        IdleConfig
+	shards     [16]shard
 	start      time.Time
 	recording  atomic.Bool
 	hbs, acks  atomic.Int64
 	expired    atomic.Int64
 	jeopardy   atomic.Int64
 	streamErrs atomic.Int64
+	retries    atomic.Int64 // opens and attaches retried (no leader)
 	ackLat     Histogram
 }
 
@@ -126,18 +135,22 @@ func RunIdle(ctx context.Context, cfg IdleConfig) (*IdleResult, error) {
 	}
 	sctx, stop := context.WithCancel(ctx)
 	defer stop()
+	// The senders run from the start: a session heartbeats as soon as it
+	// is attached, while the others are still being opened.
+	var wg sync.WaitGroup
+	for i := range r.shards {
+		wg.Add(1)
+		go func() { defer wg.Done(); r.send(sctx, &r.shards[i]) }()
+	}
 	ss := make([]*idleSession, cfg.Sessions)
-	if err := r.openAll(sctx, ss, conns); err != nil {
+	err := r.openAll(sctx, ss, conns)
+	if err != nil {
+		stop()
+		wg.Wait()
 		return nil, err
 	}
 	res := &IdleResult{Sessions: cfg.Sessions, TTLMS: ms(cfg.TTL), OpenS: float64(int64(r.now().Seconds()*10)) / 10}
-	var wg sync.WaitGroup
-	const shards = 16
-	for sh := range shards {
-		wg.Add(1)
-		go func() { defer wg.Done(); r.send(sctx, ss, sh, shards) }()
-	}
-	sleepCtx(ctx, cfg.TTL/3+time.Second) // every session heartbeats once before the window
+	sleepCtx(ctx, cfg.TTL/3+time.Second) // every session heartbeats once more before the window
 	var meter *CPUMeter
 	var leader int
 	if cfg.PIDs != nil {
@@ -172,6 +185,7 @@ func RunIdle(ctx context.Context, cfg IdleConfig) (*IdleResult, error) {
 	res.HeartbeatsSec = rate(res.Heartbeats, window)
 	res.AckLatency = r.ackLat.Summary()
 	res.Expired, res.Jeopardy, res.StreamErrors = r.expired.Load(), r.jeopardy.Load(), r.streamErrs.Load()
+	res.OpenRetries = r.retries.Load()
 	r.closeAll(ss)
 	return res, nil
 }
@@ -207,6 +221,11 @@ func (r *idleRun) openAll(ctx context.Context, ss []*idleSession, conns []*grpc.
 				return
 			}
 			ss[i] = s
+			sh := &r.shards[i%len(r.shards)]
+			s.due = r.now()
+			sh.mu.Lock()
+			sh.ss = append(sh.ss, s)
+			sh.mu.Unlock()
 			done.Add(1)
 		}()
 	}
@@ -217,16 +236,35 @@ func (r *idleRun) openAll(ctx context.Context, ss []*idleSession, conns []*grpc.
 	return nil
 }
 
+// open opens and attaches one session, retrying while the cluster is
+// unavailable (an election) for up to a minute. A retried open whose first
+// attempt did commit leaves a session nobody heartbeats: it expires.
 func (r *idleRun) open(ctx context.Context, s *idleSession) error {
-	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	octx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	resp, err := pb.NewLocksClient(s.cc).OpenSession(octx, &pb.OpenSessionRequest{Namespace: r.cfg.Namespace, Label: "bench-idle", Ttl: durationpb.New(r.cfg.TTL)})
-	if err != nil {
-		return err
+	var resp *pb.OpenSessionResponse
+	for backoff := 50 * time.Millisecond; ; backoff = min(2*backoff, time.Second) {
+		var err error
+		resp, err = pb.NewLocksClient(s.cc).OpenSession(octx, &pb.OpenSessionRequest{Namespace: r.cfg.Namespace, Label: "bench-idle", Ttl: durationpb.New(r.cfg.TTL)})
+		if err == nil {
+			break
+		}
+		if status.Code(err) != codes.Unavailable || octx.Err() != nil {
+			return err
+		}
+		r.retries.Add(1)
+		sleepCtx(octx, backoff)
 	}
 	s.id, s.index = resp.SessionId, resp.Index
 	s.acked.Store(int64(r.now()))
-	return r.attach(ctx, s)
+	for backoff := 50 * time.Millisecond; ; backoff = min(2*backoff, time.Second) {
+		err := r.attach(ctx, s) // the stream lives as long as the run
+		if err == nil || status.Code(err) != codes.Unavailable || octx.Err() != nil {
+			return err
+		}
+		r.retries.Add(1)
+		sleepCtx(octx, backoff)
+	}
 }
 
 // attach opens the session's stream and starts reading it.
@@ -286,15 +324,10 @@ func (r *idleRun) read(ctx context.Context, s *idleSession, st pb.Locks_SessionC
 	}
 }
 
-// send heartbeats the sessions of one shard every TTL/3, spread evenly.
-func (r *idleRun) send(ctx context.Context, ss []*idleSession, shard, shards int) {
+// send heartbeats the sessions of one shard, each every TTL/3 from its
+// first heartbeat (sent once it is attached).
+func (r *idleRun) send(ctx context.Context, sh *shard) {
 	every := r.cfg.TTL / 3
-	var mine []*idleSession
-	for i := shard; i < len(ss); i += shards {
-		s := ss[i]
-		s.due = r.now() + time.Duration(int64(every)*int64(i)/int64(len(ss)))
-		mine = append(mine, s)
-	}
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -304,6 +337,9 @@ func (r *idleRun) send(ctx context.Context, ss []*idleSession, shard, shards int
 		case <-tick.C:
 		}
 		now := r.now()
+		sh.mu.Lock()
+		mine := sh.ss
+		sh.mu.Unlock()
 		for _, s := range mine {
 			if s.ended.Load() {
 				continue

@@ -20,6 +20,7 @@ type LocalCluster struct {
 	Bin   string
 	Dir   string
 	Nodes []*LocalNode
+	Keep  bool // Stop leaves the data directory and the logs
 }
 
 // LocalNode is one serve process.
@@ -208,7 +209,9 @@ func (c *LocalCluster) Stop() {
 			<-nd.done
 		}
 	}
-	os.RemoveAll(c.Dir)
+	if !c.Keep {
+		os.RemoveAll(c.Dir)
+	}
 }
 
 // Meter starts measuring the CPU of every node and of this process.

@@ -44,6 +44,10 @@ type Result struct {
 	Failover *FailoverResult `json:"failover,omitempty"`
 	Held     *HeldResult     `json:"held,omitempty"`
 
+	// RaftTimers are the leader's raft timers (p50, p99 in ms) at the end
+	// of the run, when its /metrics has them (see RaftTimers).
+	RaftTimers map[string][2]float64 `json:"raft_timers_ms,omitempty"`
+
 	// Filled by the caller when it knows them.
 	Processes []ProcUsage `json:"processes,omitempty"`
 	LoadAvg   []float64   `json:"loadavg_1m,omitempty"` // before and after
@@ -110,6 +114,11 @@ func (r *Result) WriteTable(w io.Writer) error {
 	}
 	if r.Held != nil {
 		r.Held.write(tw)
+	}
+	for _, t := range raftTimers {
+		if v, ok := r.RaftTimers[t]; ok {
+			fmt.Fprintf(tw, "leader %s (ms)\tp50 %.3f\tp99 %.3f\n", t, v[0], v[1])
+		}
 	}
 	if len(r.Processes) > 0 {
 		fmt.Fprintln(tw, "process\tpid\tcpu (cores)\tRSS (MiB)")
