@@ -11,7 +11,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/lockcluster/lockcluster"
 	"github.com/lockcluster/lockcluster/test/bench"
 )
 
@@ -113,7 +112,7 @@ func runBench(g *globals, f *benchFlags, command string) error {
 		fmt.Fprintf(os.Stderr, "cluster up: %s (data and logs in %s)\n", strings.Join(addrs, ","), cluster.Dir)
 	}
 	if f.preferLeader {
-		addrs = leaderFirst(ctx, addrs)
+		addrs = bench.LeaderFirst(ctx, addrs)
 	}
 	cfg := f.cfg
 	cfg.Progress = os.Stderr
@@ -165,23 +164,6 @@ func runBench(g *globals, f *benchFlags, command string) error {
 		return printJSON(os.Stdout, res)
 	}
 	return res.WriteTable(os.Stdout)
-}
-
-// leaderFirst reorders addrs so that the leader's endpoint comes first.
-func leaderFirst(ctx context.Context, addrs []string) []string {
-	a, err := lockcluster.DialAdmin(addrs)
-	if err != nil {
-		return addrs
-	}
-	defer a.Close()
-	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	for i, st := range a.Status(sctx) {
-		if st.Err == "" && st.State == "Leader" {
-			return append([]string{addrs[i]}, append(append([]string(nil), addrs[:i]...), addrs[i+1:]...)...)
-		}
-	}
-	return addrs
 }
 
 // localPIDs returns the pids of the nodes serving addrs, in that order.

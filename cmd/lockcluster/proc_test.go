@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/lockcluster/lockcluster"
-	"github.com/lockcluster/lockcluster/api/node/nodetest"
+	"github.com/lockcluster/lockcluster/test/ports"
 )
 
 // These tests run the real binary: a cluster of 'lockcluster serve'
@@ -47,10 +47,10 @@ func binary(t *testing.T) string {
 }
 
 // freePort picks a free port for a node process; this package's tests take
-// them from 20000-25999 (see nodetest.FreePort).
+// them from 20000-25999 (see ports.Free).
 func freePort(t *testing.T) string {
 	t.Helper()
-	addr, err := nodetest.FreePort(20000, 26000)
+	addr, err := ports.Free(20000, 26000)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/lockcluster/lockcluster"
+	"github.com/lockcluster/lockcluster/test/ports"
 )
 
 // LocalCluster is a cluster of 'lockcluster serve' processes on loopback,
@@ -50,14 +50,10 @@ func (n *LocalNode) Exited() bool {
 	}
 }
 
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
-}
+// freeAddr picks a port for a local node below the ephemeral range, so it
+// stays free until the node binds it; the benchmarks take 30000-32767 (see
+// ports.Free).
+func freeAddr() (string, error) { return ports.Free(30000, 32768) }
 
 // StartLocal starts n nodes of bin ('lockcluster serve', with extra flags
 // appended) and waits for a leader.

@@ -28,7 +28,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/lockcluster/lockcluster"
 	"github.com/lockcluster/lockcluster/test/bench"
 )
 
@@ -114,7 +113,7 @@ func run() error {
 				WriteRatio: *writeRatio, Baseline: *baseline, Progress: os.Stderr}
 			p := pair{Workload: cfg.Workload, Workers: w}
 			fmt.Fprintf(os.Stderr, "== lockcluster %s, %d workers\n", cfg.Workload, w)
-			d := &bench.Lockcluster{Endpoints: leaderFirst(ctx, lcAddrs)}
+			d := &bench.Lockcluster{Endpoints: bench.LeaderFirst(ctx, lcAddrs)}
 			if p.Lockcluster, err = measure(ctx, d, cfg, lcPIDs(lc)); err != nil {
 				return fmt.Errorf("lockcluster %s: %w", cfg.Workload, err)
 			}
@@ -190,24 +189,6 @@ func printTable(pairs []pair) {
 		fmt.Fprintf(tw, "%s\t%d\tratio\t%.2f×\n", p.Workload, p.Workers, p.Ratio)
 	}
 	tw.Flush()
-}
-
-// leaderFirst puts the lockcluster leader's endpoint first, as
-// 'lockcluster bench' does by default.
-func leaderFirst(ctx context.Context, addrs []string) []string {
-	a, err := lockcluster.DialAdmin(addrs)
-	if err != nil {
-		return addrs
-	}
-	defer a.Close()
-	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	for i, st := range a.Status(sctx) {
-		if st.Err == "" && st.State == "Leader" {
-			return append([]string{addrs[i]}, append(append([]string(nil), addrs[:i]...), addrs[i+1:]...)...)
-		}
-	}
-	return addrs
 }
 
 func lcPIDs(lc *bench.LocalCluster) []int {

@@ -12,7 +12,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/lockcluster/lockcluster/api/node/nodetest"
+	"github.com/lockcluster/lockcluster/test/ports"
 )
 
 // localCluster runs each node as a `lockcluster serve` process on
@@ -64,9 +64,9 @@ func newLocalCluster(bin, dir string, n int) (*localCluster, error) {
 }
 
 // freePort picks a free port for a node; the harness takes them from
-// 26000-29999 (the CLI's tests use 20000-25999; see nodetest.FreePort).
+// 26000-29999 (the CLI's tests use 20000-25999; see ports.Free).
 func freePort() string {
-	addr, err := nodetest.FreePort(26000, 30000)
+	addr, err := ports.Free(26000, 30000)
 	if err != nil {
 		panic(err)
 	}

@@ -1,4 +1,6 @@
-package nodetest
+// Package ports picks ports for the node processes tests start: free ones
+// below the kernel's ephemeral range, a range per package.
+package ports
 
 import (
 	"fmt"
@@ -12,7 +14,7 @@ import (
 // neither outgoing connections nor other tests' ":0" listeners take ports,
 // so the port stays free until a node started as a separate process binds
 // it. Give each package that starts processes a range of its own.
-func FreePort(lo, hi int) (string, error) {
+func Free(lo, hi int) (string, error) {
 	portMu.Lock()
 	defer portMu.Unlock()
 	next, ok := nextPort[lo]
