@@ -138,11 +138,13 @@ func (s *session) abort(ctx context.Context, r *request) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err != nil && !errors.Is(err, ErrSessionClosed) {
-		// Undelivered: if the lock is granted later, release it at once.
+		// Undelivered: if the lock is granted later, release it at once,
+		// and keep delivering the abort in the background.
 		r.abandoned = true
 		if r.lock != nil && r.lock.lost == nil {
 			go r.lock.Release(context.Background())
 		}
+		go s.abortAbandoned(r, cause.Error())
 		return aborted(cause)
 	}
 	if r.lock != nil && r.lock.lost == nil {
@@ -152,6 +154,24 @@ func (s *session) abort(ctx context.Context, r *request) error {
 	r.resolved = true
 	delete(s.reqs, r.id)
 	return aborted(cause)
+}
+
+// abortAbandoned delivers the abort of a request whose caller gave up
+// after the first attempt failed, retrying until the cluster has it or the
+// session ends. The request may have been granted at once by an entry whose
+// reply was lost: no event repeats such a grant (the reply carries it), so
+// without the abort the lock would stay held until the session ends.
+func (s *session) abortAbandoned(r *request, reason string) {
+	err := s.c.call(s.ctx, func(ctx context.Context, lc pb.LocksClient) error {
+		resp, err := lc.Abort(ctx, &pb.AbortRequest{Namespace: s.c.cfg.namespace, SessionId: s.id, RequestId: r.id, Reason: reason, AckBelow: s.ackBelow()})
+		if err == nil {
+			s.c.seen(resp.Index)
+		}
+		return err
+	})
+	if err == nil {
+		s.forget(r)
+	}
 }
 
 // LockInfo is one entry of a Query: the spec's LockInfo (name, mode,

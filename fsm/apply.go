@@ -73,6 +73,7 @@ func (a *applier) request(c *Request) Result {
 	}
 	s.ack(c.AckBelow)
 	r := &request{index: a.index, id: c.RequestID, sess: s, names: c.Names, mode: c.Mode, signal: c.Signal, requestedAt: a.time}
+	a.own = r
 	switch {
 	case c.Steal: // step 2.4: steal, prepend, process: r is granted at once
 		a.steal(r)
@@ -83,7 +84,7 @@ func (a *applier) request(c *Request) Result {
 		a.admit(r)
 		a.grant(r)
 	case c.IfAvailable: // step 2.5.1: not grantable, never queued
-		a.emit(s, Event{Kind: EventNotAvailable, RequestID: r.id, Names: r.names, Mode: r.mode})
+		a.emit(s, Event{Kind: EventNotAvailable, RequestID: r.id, Names: r.names, Mode: r.mode, Reply: true})
 		s.remember(lim.MaxFinished, outcome{id: r.id, status: StatusNotAvailable})
 		return Result{Status: StatusNotAvailable}
 	default: // step 2.5.2; processing cannot grant what is not grantable

@@ -32,10 +32,10 @@ func (m *Machine) applyLocked(index uint64, e Entry) Applied {
 	}
 	m.st.lastIndex = index
 	a := &m.a
-	a.st, a.ns, a.index, a.time, a.out = m.st, nil, index, e.Time, nil
+	a.st, a.ns, a.index, a.time, a.out, a.own = m.st, nil, index, e.Time, nil, nil
 	res := a.apply(e.Cmd)
 	out := a.out
-	a.out, a.ns = nil, nil
+	a.out, a.ns, a.own = nil, nil, nil
 	return Applied{Result: res, Events: out}
 }
 

@@ -18,6 +18,7 @@ type model struct {
 	sessions    map[uint64]*mSession
 	ns          map[string]*mNamespace
 	events      []Event // of the entry being applied
+	own         *mReq   // the request the entry carries: its immediate outcome is a Reply
 }
 
 type mReq struct {
@@ -122,7 +123,7 @@ func (m *model) process(ns *mNamespace) {
 				ns.unqueue(r)
 				r.held, r.token, r.at = true, m.index, m.time
 				ns.held = append(ns.held, r)
-				m.emit(r.sess, Event{Kind: EventGranted, RequestID: r.id, Names: r.names, Mode: r.mode, Token: r.token, AcquiredAt: r.at})
+				m.emit(r.sess, Event{Kind: EventGranted, RequestID: r.id, Names: r.names, Mode: r.mode, Token: r.token, AcquiredAt: r.at, Reply: r == m.own})
 				changed = true
 			}
 		}
@@ -241,6 +242,8 @@ func (m *model) request(c *Request) Result {
 	s.ack(c.AckBelow)
 	ns := m.namespace(s.ns)
 	r := &mReq{sess: s, id: c.RequestID, names: c.Names, mode: c.Mode, requestedAt: m.time}
+	m.own = r
+	defer func() { m.own = nil }()
 	if c.Steal { // step 2.4
 		for _, name := range r.names {
 			for _, h := range slices.Clone(ns.held) {
@@ -255,7 +258,7 @@ func (m *model) request(c *Request) Result {
 		}
 	} else {
 		if c.IfAvailable && !ns.grantable(r) { // step 2.5.1
-			m.emit(s, Event{Kind: EventNotAvailable, RequestID: r.id, Names: r.names, Mode: r.mode})
+			m.emit(s, Event{Kind: EventNotAvailable, RequestID: r.id, Names: r.names, Mode: r.mode, Reply: true})
 			s.remember(r.id, RequestState{Status: StatusNotAvailable}, m.maxFinished)
 			return Result{Status: StatusNotAvailable}
 		}

@@ -335,6 +335,9 @@ func (h *harness) event(e Event) string {
 	if e.Reason != "" {
 		s += fmt.Sprintf(" reason=%q", e.Reason)
 	}
+	if e.Reply {
+		s += " (reply)"
+	}
 	return s
 }
 

@@ -14,6 +14,9 @@ type applier struct {
 	time  int64
 	out   []Event
 	work  []*resource
+	// own is the request the entry carries, when the entry decides it at
+	// once: its event is marked Reply.
+	own *request
 }
 
 func (a *applier) emit(s *session, e Event) {
@@ -118,7 +121,7 @@ func (a *applier) grant(r *request) {
 	a.ns.nHeld++
 	r.sess.nHeld++
 	a.st.nHeld++
-	a.emit(r.sess, Event{Kind: EventGranted, RequestID: r.id, Names: r.names, Mode: r.mode, Token: r.token, AcquiredAt: r.acquiredAt})
+	a.emit(r.sess, Event{Kind: EventGranted, RequestID: r.id, Names: r.names, Mode: r.mode, Token: r.token, AcquiredAt: r.acquiredAt, Reply: r == a.own})
 }
 
 // enqueue puts r at the end of the queue of every one of its names (spec

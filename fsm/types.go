@@ -135,6 +135,11 @@ type Event struct {
 	AcquiredAt int64 // leader time, Unix nanoseconds
 	Cause      Cause
 	Reason     string // the abort's reason, as the client gave it
+	// Reply marks the entry's own outcome: the grant or not-available of
+	// the request the entry carries, decided at once. The entry's Result
+	// says the same to whoever proposed it, so a stream whose client reads
+	// that reply may leave the event out (its Seq is still used).
+	Reply bool
 }
 
 // Result is an entry's answer to whoever proposed it. Err is nil or an

@@ -55,7 +55,9 @@ type LocksClient interface {
 	CloseSession(ctx context.Context, in *CloseSessionRequest, opts ...grpc.CallOption) (*CloseSessionResponse, error)
 	// Session carries heartbeats up and the session's events down. The first
 	// message up must be an Attach; the first message down is a Synced with
-	// where every request of the session stands, then Events follow.
+	// where every request of the session stands, then Events follow. An
+	// outcome that a Request's reply carries (granted at once, not
+	// available) is not repeated as an Event: its seq is skipped.
 	Session(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[SessionUp, SessionDown], error)
 	// Request asks for a lock on one or more names. Retrying with the same
 	// request id never queues twice.
@@ -162,7 +164,9 @@ type LocksServer interface {
 	CloseSession(context.Context, *CloseSessionRequest) (*CloseSessionResponse, error)
 	// Session carries heartbeats up and the session's events down. The first
 	// message up must be an Attach; the first message down is a Synced with
-	// where every request of the session stands, then Events follow.
+	// where every request of the session stands, then Events follow. An
+	// outcome that a Request's reply carries (granted at once, not
+	// available) is not repeated as an Event: its seq is skipped.
 	Session(grpc.BidiStreamingServer[SessionUp, SessionDown]) error
 	// Request asks for a lock on one or more names. Retrying with the same
 	// request id never queues twice.

@@ -4,7 +4,20 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"net/http"
+	"net/http/pprof"
 )
+
+// pprofHandler serves Go's profiles (the index, cmdline, profile, symbol,
+// trace and every named profile) under /debug/pprof/.
+func pprofHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	return mux
+}
 
 // digestResponse is the answer of GET /debug/digest.
 type digestResponse struct {

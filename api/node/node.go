@@ -68,6 +68,9 @@ type Config struct {
 	Auth auth.Config
 	// MaxMessageBytes bounds a gRPC message (default 4 MiB).
 	MaxMessageBytes int
+	// EnablePprof serves net/http/pprof at /debug/pprof/ on the HTTP
+	// address, behind the admin credential when auth is on.
+	EnablePprof bool
 }
 
 // Node is a running member.
@@ -279,6 +282,9 @@ func (n *Node) httpHandler() http.Handler {
 		fmt.Fprintln(w, "ok")
 	})
 	mux.HandleFunc("/debug/digest", n.serveDigest) // debug.go
+	if n.cfg.EnablePprof {
+		mux.Handle("/debug/pprof/", web.Protect(authorize, pprofHandler()))
+	}
 	return mux
 }
 

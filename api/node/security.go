@@ -35,7 +35,10 @@ func (n *Node) secure() error {
 	// half-open connections.
 	n.serverOptions = append(n.serverOptions,
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: time.Second, PermitWithoutStream: true}),
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 15 * time.Second, Timeout: 5 * time.Second}))
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 15 * time.Second, Timeout: 5 * time.Second}),
+		// Fixed windows: no bandwidth-delay pings after every small
+		// request (see the client's dial options).
+		grpc.StaticStreamWindowSize(1<<20), grpc.StaticConnWindowSize(8<<20))
 	if cfg.MaxMessageBytes > 0 {
 		n.serverOptions = append(n.serverOptions, grpc.MaxRecvMsgSize(cfg.MaxMessageBytes))
 	}

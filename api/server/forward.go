@@ -100,6 +100,8 @@ func newPeers(opts []grpc.DialOption) *peers {
 		grpc.WithConnectParams(grpc.ConnectParams{MinConnectTimeout: time.Second,
 			Backoff: backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second}}),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 5 * time.Second, Timeout: 2 * time.Second, PermitWithoutStream: true}),
+		// Fixed windows: no bandwidth-delay ping per forwarded call.
+		grpc.WithStaticStreamWindowSize(1 << 20), grpc.WithStaticConnWindowSize(8 << 20),
 	}, opts...)
 	return &peers{opts: opts, conns: map[string]*grpc.ClientConn{}}
 }

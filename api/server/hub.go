@@ -71,6 +71,13 @@ func (h *hub) publish(index uint64, ap fsm.Applied) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, e := range ap.Events {
+		if e.Reply {
+			// The entry's own immediate outcome: the Request's reply
+			// carries it, and a client whose reply was lost asks again
+			// (same request id) or resyncs. Not sending it saves a write
+			// per uncontended acquire.
+			continue
+		}
 		for s := range h.subs[e.Session] {
 			if e.Seq <= s.after {
 				continue

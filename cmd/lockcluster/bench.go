@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"time"
@@ -25,6 +26,7 @@ type benchFlags struct {
 	connsPerNode int
 	keep         bool
 	trialGap     time.Duration
+	cpuProfile   string
 }
 
 func newBench(g *globals) *cobra.Command {
@@ -84,6 +86,7 @@ with --local each node's CPU and RSS. Progress goes to stderr once a second;
 	fl.StringArrayVar(&f.serveArgs, "serve-arg", nil, "--local: an extra flag for every 'serve' (repeatable)")
 	fl.BoolVar(&f.preferLeader, "prefer-leader", true, "put the leader's endpoint first, so that clients talk to it (no forwarding)")
 	fl.BoolVar(&f.keep, "keep", false, "--local: keep the nodes' data directories and logs")
+	fl.StringVar(&f.cpuProfile, "cpuprofile", "", "write this process's (the load generator's) CPU profile here; profile the nodes with 'serve --enable-pprof'")
 	fl.IntVar(&f.connsPerNode, "conns-per-node", 8, "idle: connections per node that carry the session streams")
 	return cmd
 }
@@ -91,6 +94,17 @@ with --local each node's CPU and RSS. Progress goes to stderr once a second;
 func runBench(g *globals, f *benchFlags, command string) error {
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
+	if f.cpuProfile != "" {
+		out, err := os.Create(f.cpuProfile)
+		if err != nil {
+			return &exitError{code: exitUsage, msg: fmt.Sprintf("--cpuprofile: %v", err)}
+		}
+		defer out.Close()
+		if err := pprof.StartCPUProfile(out); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	addrs := g.endpoints()
 	var cluster *bench.LocalCluster
 	if f.local {

@@ -21,6 +21,7 @@ type setting struct {
 	dur   *time.Duration
 	num   *int64
 	float *float64
+	flag  *bool
 }
 
 func (s setting) env() string {
@@ -49,6 +50,12 @@ func (s setting) set(v string) error {
 			return fmt.Errorf("%s: %q is not a number", s.key, v)
 		}
 		*s.float = f
+	case s.flag != nil:
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return fmt.Errorf("%s: %q is not true or false", s.key, v)
+		}
+		*s.flag = b
 	}
 	return nil
 }
@@ -65,6 +72,8 @@ func bindFlags(fs *pflag.FlagSet, settings []setting) {
 			fs.Int64Var(s.num, s.key, *s.num, usage)
 		case s.float != nil:
 			fs.Float64Var(s.float, s.key, *s.float, usage)
+		case s.flag != nil:
+			fs.BoolVar(s.flag, s.key, *s.flag, usage)
 		}
 	}
 }

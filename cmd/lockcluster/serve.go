@@ -27,6 +27,7 @@ type serveConfig struct {
 	heartbeat, election, lease                time.Duration
 	tls                                       secure.Files
 	maxMessage                                int64
+	pprof                                     bool
 	sessionRate                               float64
 	sessionBurst                              int64
 	limits                                    limitSettings
@@ -83,6 +84,7 @@ func (c *serveConfig) settings() []setting {
 		{key: "limit-sessions-per-namespace", usage: "cluster limit: live sessions of one namespace (0: none)", num: &c.limits.sessionsPerNamespace},
 		{key: "limit-min-ttl", usage: "cluster limit: shortest session TTL", dur: &c.limits.minTTL},
 		{key: "limit-max-ttl", usage: "cluster limit: longest session TTL", dur: &c.limits.maxTTL},
+		{key: "enable-pprof", usage: "serve Go's profiler at /debug/pprof/ on the HTTP address (admin credential required when auth is on)", flag: &c.pprof},
 		{key: "raft-dial", usage: "dial these raft addresses instead of the members' own, id=host:port,... (routes raft traffic through a proxy, as the chaos tests do)", str: &c.raftDial},
 	}
 }
@@ -185,7 +187,7 @@ func (c *serveConfig) run() error {
 		ID: c.id, DataDir: c.dataDir, GRPCAddr: c.grpcAddr, RaftAddr: c.raftAddr, HTTPAddr: c.httpAddr,
 		AdvertiseGRPC: c.advGRPC, AdvertiseRaft: c.advRaft, AdvertiseHTTP: c.advHTTP,
 		Bootstrap: peers, Join: c.join, Logger: logger,
-		TLS: c.tls, Auth: c.auth, MaxMessageBytes: int(c.maxMessage),
+		TLS: c.tls, Auth: c.auth, MaxMessageBytes: int(c.maxMessage), EnablePprof: c.pprof,
 	}
 	cfg.Server.Limits = &limits
 	cfg.Server.SessionRate, cfg.Server.SessionBurst = c.sessionRate, int(c.sessionBurst)
