@@ -12,6 +12,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	rpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 
+	"github.com/lockcluster/lockcluster/api/node"
 	"github.com/lockcluster/lockcluster/api/node/nodetest"
 )
 
@@ -64,6 +65,21 @@ func TestHealthReflectionAndProbes(t *testing.T) {
 		r.Body.Close()
 		if r.StatusCode != 200 {
 			t.Errorf("%s: %d %s", path, r.StatusCode, body)
+		}
+	}
+}
+
+// Go's profiler is served only when asked for (serve --enable-pprof).
+func TestPprofOnlyWhenEnabled(t *testing.T) {
+	for _, on := range []bool{false, true} {
+		c := nodetest.Start(t, 1, nodetest.Options{Quiet: true, Node: func(cfg *node.Config) { cfg.EnablePprof = on }})
+		r, err := http.Get("http://" + c.Nodes[0].HTTPAddr() + "/debug/pprof/cmdline")
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Body.Close()
+		if want := map[bool]int{false: 404, true: 200}[on]; r.StatusCode != want {
+			t.Errorf("EnablePprof %v: GET /debug/pprof/cmdline: %d, want %d", on, r.StatusCode, want)
 		}
 	}
 }

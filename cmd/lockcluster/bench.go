@@ -72,7 +72,7 @@ with --local each node's CPU and RSS. Progress goes to stderr once a second;
 	fl.IntVar(&f.cfg.Workers, "workers", f.cfg.Workers, "concurrent workers (1…1024)")
 	fl.DurationVar(&f.cfg.Duration, "duration", f.cfg.Duration, "the measured window")
 	fl.DurationVar(&f.cfg.Warmup, "warmup", f.cfg.Warmup, "run this long before measuring")
-	fl.DurationVar(&f.cfg.Hold, "hold", 0, "how long each lock is held")
+	fl.DurationVar(&f.cfg.Hold, "hold", 0, "how long each lock is held; held: how long to keep every lock before measuring")
 	fl.IntVar(&f.cfg.Sessions, "sessions", 0, "sessions the workers share (default one per worker); idle: sessions to open (default 1000); held: sessions holding the locks")
 	fl.Float64Var(&f.cfg.WriteRatio, "write-ratio", f.cfg.WriteRatio, "rw: the share of exclusive requests")
 	fl.Int64Var(&f.cfg.MaxOps, "max-ops", 10_000_000, "stop after this many pairs")
@@ -154,7 +154,7 @@ func runBench(g *globals, f *benchFlags, command string) error {
 			res.SessionsLost = res.Failover.SessionsLost
 		}
 	case bench.HeldLocks:
-		hc := bench.HeldConfig{Driver: d, Sessions: cfg.Sessions, Locks: cfg.Locks, Workers: cfg.Workers, Prefix: cfg.Prefix, Progress: os.Stderr}
+		hc := bench.HeldConfig{Driver: d, Sessions: cfg.Sessions, Locks: cfg.Locks, Workers: cfg.Workers, Prefix: cfg.Prefix, Hold: cfg.Hold, Progress: os.Stderr}
 		if cluster != nil {
 			hc.Measure = func() []bench.ProcUsage { return cluster.Meter(ctx).Stop() }
 		}

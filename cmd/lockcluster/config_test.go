@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -51,5 +52,28 @@ func TestServeSettingsErrorsNameTheValue(t *testing.T) {
 	}
 	if _, err := parsePeers("node0=h:1,broken"); err == nil || !strings.Contains(err.Error(), `"broken"`) {
 		t.Errorf("bad --bootstrap: %v", err)
+	}
+}
+
+func TestParseBytes(t *testing.T) {
+	for in, want := range map[string]int64{"800MiB": 800 << 20, "2GiB": 2 << 30, "1 GB": 1e9, "4096": 4096, "10KiB": 10 << 10, "7B": 7} {
+		if got, err := parseBytes(in); err != nil || got != want {
+			t.Errorf("parseBytes(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "lots", "-1MiB", "0", "1.5GiB", "9999999TiB"} {
+		if _, err := parseBytes(in); err == nil || !strings.Contains(err.Error(), strconv.Quote(in)) {
+			t.Errorf("parseBytes(%q): error %v, want one naming the value", in, err)
+		}
+	}
+	if err := (&serveConfig{memoryLimit: "lots", logLevel: "info", limits: defaultLimits()}).run(); err == nil || !strings.Contains(err.Error(), `--memory-limit: "lots"`) {
+		t.Errorf("serve --memory-limit lots: %v", err)
+	}
+	for _, s := range defaultServeConfig().settings() {
+		if s.key == "enable-pprof" {
+			if err := s.set("maybe"); err == nil || !strings.Contains(err.Error(), `"maybe"`) {
+				t.Errorf("--enable-pprof maybe: %v", err)
+			}
+		}
 	}
 }

@@ -3,8 +3,11 @@ package main
 import (
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"os/signal"
+	"runtime/debug"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -28,6 +31,7 @@ type serveConfig struct {
 	tls                                       secure.Files
 	maxMessage                                int64
 	pprof                                     bool
+	memoryLimit                               string
 	sessionRate                               float64
 	sessionBurst                              int64
 	limits                                    limitSettings
@@ -84,6 +88,7 @@ func (c *serveConfig) settings() []setting {
 		{key: "limit-sessions-per-namespace", usage: "cluster limit: live sessions of one namespace (0: none)", num: &c.limits.sessionsPerNamespace},
 		{key: "limit-min-ttl", usage: "cluster limit: shortest session TTL", dur: &c.limits.minTTL},
 		{key: "limit-max-ttl", usage: "cluster limit: longest session TTL", dur: &c.limits.maxTTL},
+		{key: "memory-limit", usage: "soft limit on the node's memory, like 800MiB or 2GiB: Go's garbage collector works harder as the heap nears it (empty: GOMEMLIMIT, or none)", str: &c.memoryLimit},
 		{key: "enable-pprof", usage: "serve Go's profiler at /debug/pprof/ on the HTTP address (admin credential required when auth is on)", flag: &c.pprof},
 		{key: "raft-dial", usage: "dial these raft addresses instead of the members' own, id=host:port,... (routes raft traffic through a proxy, as the chaos tests do)", str: &c.raftDial},
 	}
@@ -92,7 +97,7 @@ func (c *serveConfig) settings() []setting {
 func defaultServeConfig() *serveConfig {
 	host, _ := os.Hostname()
 	return &serveConfig{id: host, dataDir: "lockcluster-data", grpcAddr: "127.0.0.1:7700", raftAddr: "127.0.0.1:7701", httpAddr: "127.0.0.1:7702",
-		heartbeat: 500 * time.Millisecond, election: 500 * time.Millisecond, lease: 250 * time.Millisecond, logLevel: "info",
+		heartbeat: 500 * time.Millisecond, election: 500 * time.Millisecond, lease: 500 * time.Millisecond, logLevel: "info",
 		maxMessage: 4 << 20, sessionRate: 5000, sessionBurst: 10000, limits: defaultLimits()}
 }
 
@@ -183,6 +188,13 @@ func (c *serveConfig) run() error {
 	if err := limits.Validate(); err != nil {
 		return &exitError{code: exitUsage, msg: err.Error()}
 	}
+	if c.memoryLimit != "" {
+		n, err := parseBytes(c.memoryLimit)
+		if err != nil {
+			return &exitError{code: exitUsage, msg: "--memory-limit: " + err.Error()}
+		}
+		debug.SetMemoryLimit(n)
+	}
 	cfg := node.Config{
 		ID: c.id, DataDir: c.dataDir, GRPCAddr: c.grpcAddr, RaftAddr: c.raftAddr, HTTPAddr: c.httpAddr,
 		AdvertiseGRPC: c.advGRPC, AdvertiseRaft: c.advRaft, AdvertiseHTTP: c.advHTTP,
@@ -225,4 +237,25 @@ func (d dialOverride) ServerAddr(id raft.ServerID) (raft.ServerAddress, error) {
 		}
 	}
 	return "", fmt.Errorf("no --raft-dial address for %s", id)
+}
+
+// parseBytes reads a size: a whole number of bytes, or one with a unit
+// (KiB, MiB, GiB, TiB, or KB, MB, GB, TB in powers of 1000).
+func parseBytes(v string) (int64, error) {
+	units := []struct {
+		suffix string
+		mult   int64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12}, {"B", 1}}
+	num, mult := strings.TrimSpace(v), int64(1)
+	for _, u := range units {
+		if rest, ok := strings.CutSuffix(num, u.suffix); ok {
+			num, mult = strings.TrimSpace(rest), u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseInt(num, 10, 64)
+	if err != nil || n <= 0 || n > math.MaxInt64/mult {
+		return 0, fmt.Errorf("%q is not a size like 800MiB or 2GiB", v)
+	}
+	return n * mult, nil
 }

@@ -16,6 +16,9 @@ type HeldConfig struct {
 	Locks    int
 	Workers  int // acquires in flight
 	Prefix   string
+	// Hold keeps every lock this long once all are held, before Measure
+	// (time for a snapshot to finish and for profiles to be taken).
+	Hold time.Duration
 	// Measure is called once every lock is held (e.g. to read each node's
 	// RSS); its result is returned.
 	Measure  func() []ProcUsage
@@ -37,7 +40,7 @@ func (r *HeldResult) write(w io.Writer) {
 	fmt.Fprintf(w, "held locks\t%d\tover %d sessions\tacquired in %.1fs (%.0f/s)\n", r.Locks, r.Sessions, r.AcquireS, r.PerSec)
 	fmt.Fprintf(w, "acquire (ms)\tp50 %.3f\tp99 %.3f\n", r.Acquire.P50MS, r.Acquire.P99MS)
 	for _, p := range r.WhileHeld {
-		fmt.Fprintf(w, "  RSS while held\t%s\t%.0f MiB\n", p.Name, p.RSSMiB)
+		fmt.Fprintf(w, "  RSS while held\t%s\t%.0f MiB\t(anonymous %.0f, file-backed %.0f)\n", p.Name, p.RSSMiB, p.AnonMiB, p.FileMiB)
 	}
 	fmt.Fprintf(w, "closing the sessions (releases all)\t%.1fs\n", r.ReleaseAllS)
 }
@@ -101,6 +104,15 @@ func RunHeld(ctx context.Context, cfg HeldConfig) (*HeldResult, error) {
 	if e := first.Load(); e != nil {
 		closeSessions(ss)
 		return res, *e
+	}
+	if cfg.Hold > 0 {
+		if cfg.Progress != nil {
+			fmt.Fprintf(cfg.Progress, "every lock held: keeping them %s\n", cfg.Hold)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(cfg.Hold):
+		}
 	}
 	if cfg.Measure != nil {
 		res.WhileHeld = cfg.Measure()

@@ -327,7 +327,7 @@ func (r *idleRun) read(ctx context.Context, s *idleSession, st pb.Locks_SessionC
 // send heartbeats the sessions of one shard, each every TTL/3 from its
 // first heartbeat (sent once it is attached).
 func (r *idleRun) send(ctx context.Context, sh *shard) {
-	every := r.cfg.TTL / 3
+	every, retry := r.cfg.TTL/3, r.cfg.TTL/10
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -347,10 +347,17 @@ func (r *idleRun) send(ctx context.Context, sh *shard) {
 			if now-time.Duration(s.acked.Load()) > r.cfg.TTL && s.jeopard.CompareAndSwap(false, true) {
 				r.jeopardy.Add(1)
 			}
-			if now < s.due {
+			// As the Go client does: a heartbeat still unacknowledged after
+			// TTL/10 (dropped by a node during an election) is sent again.
+			last := time.Duration(s.sentAt[s.nextID%4].Load())
+			resend := s.nextID > 0 && time.Duration(s.acked.Load()) < last && now-last >= retry
+			if now < s.due && !resend {
 				continue
 			}
-			s.due += every
+			s.due = max(s.due+every, now+every/2)
+			if resend {
+				s.due = now + every
+			}
 			st := s.stream.Load()
 			if st == nil {
 				if err := r.attach(ctx, s); err != nil {

@@ -15,6 +15,11 @@ type ProcUsage struct {
 	PID    int     `json:"pid"`
 	Cores  float64 `json:"cpu_cores"` // CPU seconds per wall second
 	RSSMiB float64 `json:"rss_mib"`
+	// The RSS's anonymous part (heap, stacks) and its file-backed part
+	// (bbolt's memory-mapped log, the binary): the kernel can drop the
+	// latter's clean pages under memory pressure.
+	AnonMiB float64 `json:"rss_anon_mib"`
+	FileMiB float64 `json:"rss_file_mib"`
 }
 
 // clockTick is USER_HZ, which /proc/PID/stat counts in; it is 100 on
@@ -48,20 +53,30 @@ func CPUTime(pid int) (time.Duration, error) {
 
 // RSS returns pid's resident set size in bytes (VmRSS of /proc/PID/status).
 func RSS(pid int) (int64, error) {
+	m, err := memory(pid)
+	return m["VmRSS"], err
+}
+
+// memory reads the kB fields of /proc/PID/status (VmRSS, RssAnon,
+// RssFile, ...) in bytes.
+func memory(pid int) (map[string]int64, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
+	out := map[string]int64{}
 	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			f := strings.Fields(rest)
-			if len(f) >= 1 {
-				kb, err := strconv.ParseInt(f[0], 10, 64)
-				return kb * 1024, err
+		k, rest, ok := strings.Cut(line, ":")
+		if f := strings.Fields(rest); ok && len(f) == 2 && f[1] == "kB" {
+			if kb, err := strconv.ParseInt(f[0], 10, 64); err == nil {
+				out[k] = kb * 1024
 			}
 		}
 	}
-	return 0, fmt.Errorf("/proc/%d/status: no VmRSS", pid)
+	if _, ok := out["VmRSS"]; !ok {
+		return nil, fmt.Errorf("/proc/%d/status: no VmRSS", pid)
+	}
+	return out, nil
 }
 
 // LoadAvg returns the 1-minute load average (0 if unknown).
@@ -117,8 +132,10 @@ func (m *CPUMeter) Stop() []ProcUsage {
 			pid = os.Getpid()
 		}
 		used := (cpuOf(p) - m.cpu[i]).Seconds()
-		rss, _ := RSS(pid)
-		out[i] = ProcUsage{Name: m.names[i], PID: pid, Cores: float64(int64(used/wall*100)) / 100, RSSMiB: float64(rss>>10) / 1024}
+		mem, _ := memory(pid)
+		mib := func(k string) float64 { return float64(mem[k]>>10) / 1024 }
+		out[i] = ProcUsage{Name: m.names[i], PID: pid, Cores: float64(int64(used/wall*100)) / 100,
+			RSSMiB: mib("VmRSS"), AnonMiB: mib("RssAnon"), FileMiB: mib("RssFile")}
 	}
 	return out
 }
