@@ -1,0 +1,62 @@
+package lockcluster_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/lockcluster/lockcluster"
+)
+
+// An Acquire whose reply is lost and whose caller gives up: the cluster
+// granted the lock at once, and no stream event repeats a grant that a
+// reply carries. The client's abort fails for its whole attempt; it keeps
+// delivering it in the background, and the lock is released without the
+// caller doing anything more.
+func TestAbandonedImmediateGrantIsReleased(t *testing.T) {
+	c := shared(t)
+	var abortsLost atomic.Bool
+	abortsLost.Store(true)
+	lossy := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoke grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		switch {
+		case strings.HasSuffix(method, "/Request"):
+			if err := invoke(ctx, method, req, reply, cc, opts...); err != nil {
+				return err
+			}
+			<-ctx.Done() // applied, but the reply never comes
+			return status.FromContextError(ctx.Err()).Err()
+		case strings.HasSuffix(method, "/Abort") && abortsLost.Load():
+			return status.Error(codes.Unavailable, "test: the abort is lost")
+		}
+		return invoke(ctx, method, req, reply, cc, opts...)
+	}
+	cl := dial(t, c, lockcluster.WithDialOptions(grpc.WithUnaryInterceptor(lossy)))
+	observer := dial(t, c)
+	held := func() int {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		q, err := observer.Query(ctx)
+		if err != nil {
+			return -1
+		}
+		return len(heldOf(q, "abandoned"))
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if l, err := cl.Acquire(ctx, "abandoned", lockcluster.Options{}); !errors.Is(err, lockcluster.ErrAborted) {
+		t.Fatalf("Acquire with its reply lost: %v, %v; want ErrAborted", l, err)
+	}
+	if n := held(); n != 1 {
+		t.Fatalf("held locks on the name after the lost reply: %d, want the abandoned grant", n)
+	}
+	abortsLost.Store(false)
+	c.WaitFor(15*time.Second, "the abandoned grant to be released", func() bool { return held() == 0 })
+}
