@@ -3,7 +3,10 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -49,5 +52,49 @@ func TestBenchLocalWritesJSON(t *testing.T) {
 	}
 	if !bytes.Contains(stderr.Bytes(), []byte("measuring")) {
 		t.Errorf("no progress on stderr:\n%s", stderr.String())
+	}
+}
+
+// The held workload keeps its locks for --hold before it measures each
+// node's memory, split into anonymous and file-backed; --cpuprofile writes
+// the load generator's profile. The idle workload heartbeats without a
+// session expiring.
+func TestBenchHeldAndIdle(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts clusters")
+	}
+	prof := filepath.Join(t.TempDir(), "bench.pprof")
+	run := func(args ...string) (bench.Result, string) {
+		t.Helper()
+		var stdout, stderr bytes.Buffer
+		cmd := exec.Command(binary(t), append([]string{"bench", "--local", "-o", "json"}, args...)...)
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("%v\nstderr:\n%s", err, stderr.String())
+		}
+		var r bench.Result
+		if err := json.Unmarshal(stdout.Bytes(), &r); err != nil {
+			t.Fatalf("%v\n%s", err, stdout.String())
+		}
+		return r, stderr.String()
+	}
+	r, stderr := run("--workload", "held", "--locks", "300", "--sessions", "3", "--workers", "8", "--hold", "300ms", "--cpuprofile", prof)
+	if h := r.Held; h == nil || h.Locks != 300 || len(h.WhileHeld) != 4 {
+		t.Fatalf("held result %+v", r.Held)
+	}
+	for _, p := range r.Held.WhileHeld {
+		if p.AnonMiB <= 0 || p.FileMiB <= 0 || p.AnonMiB+p.FileMiB > p.RSSMiB+1 {
+			t.Errorf("memory of %s: %+v", p.Name, p)
+		}
+	}
+	if !strings.Contains(stderr, "keeping them 300ms") {
+		t.Errorf("no hold announced:\n%s", stderr)
+	}
+	if st, err := os.Stat(prof); err != nil || st.Size() == 0 {
+		t.Errorf("--cpuprofile: %v", err)
+	}
+	r, _ = run("--workload", "idle", "--sessions", "60", "--duration", "2s", "--ttl", "1s")
+	if i := r.Idle; i == nil || i.Sessions != 60 || i.Acks == 0 || i.Expired != 0 {
+		t.Fatalf("idle result %+v", r.Idle)
 	}
 }

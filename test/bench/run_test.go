@@ -156,7 +156,7 @@ func TestProcReadsThisProcess(t *testing.T) {
 		_ = i * i
 	}
 	u := m.Stop()
-	if len(u) != 1 || u[0].RSSMiB <= 0 {
+	if len(u) != 1 || u[0].RSSMiB <= 0 || u[0].AnonMiB <= 0 || u[0].FileMiB <= 0 || u[0].AnonMiB+u[0].FileMiB > u[0].RSSMiB+1 {
 		t.Fatalf("%+v", u)
 	}
 	if _, err := CPUTime(u[0].PID); err != nil {
