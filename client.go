@@ -46,8 +46,8 @@ func (c *config) dialOptions() []grpc.DialOption {
 			Backoff: backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second}}),
 		// Fixed flow-control windows turn off gRPC's bandwidth-delay
 		// estimator, which pings the server after nearly every response of
-		// a small RPC: a write and a wake-up on both sides per call, a
-		// fifth of the CPU of a lock+unlock pair (docs/benchmarks.md).
+		// a small RPC: a write and a wake-up on both sides per call (42 %
+		// of a benchmark client's writes, docs/benchmarks.md).
 		grpc.WithStaticStreamWindowSize(1 << 20), grpc.WithStaticConnWindowSize(8 << 20),
 	}
 	if c.token != "" {
