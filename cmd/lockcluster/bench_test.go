@@ -93,7 +93,7 @@ func TestBenchHeldAndIdle(t *testing.T) {
 	if st, err := os.Stat(prof); err != nil || st.Size() == 0 {
 		t.Errorf("--cpuprofile: %v", err)
 	}
-	r, _ = run("--workload", "idle", "--sessions", "60", "--duration", "2s")
+	r, _ = run("--workload", "idle", "--sessions", "60", "--duration", "3s", "--ttl", "4s")
 	if i := r.Idle; i == nil || i.Sessions != 60 || i.Acks == 0 || i.Expired != 0 {
 		t.Fatalf("idle result %+v", r.Idle)
 	}
