@@ -49,7 +49,7 @@ func TestAbandonedImmediateGrantIsReleased(t *testing.T) {
 		return len(heldOf(q, "abandoned"))
 	}
 
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second) // ample for the Request to be applied
 	defer cancel()
 	if l, err := cl.Acquire(ctx, "abandoned", lockcluster.Options{}); !errors.Is(err, lockcluster.ErrAborted) {
 		t.Fatalf("Acquire with its reply lost: %v, %v; want ErrAborted", l, err)
