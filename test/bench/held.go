@@ -57,21 +57,9 @@ func RunHeld(ctx context.Context, cfg HeldConfig) (*HeldResult, error) {
 	var next, done atomic.Int64
 	var first atomic.Pointer[error]
 	start := time.Now()
-	stopProgress := make(chan struct{})
-	go func() {
-		t := time.NewTicker(time.Second)
-		defer t.Stop()
-		for {
-			select {
-			case <-stopProgress:
-				return
-			case <-t.C:
-				if cfg.Progress != nil {
-					fmt.Fprintf(cfg.Progress, "%5.1fs held %d of %d\n", time.Since(start).Seconds(), done.Load(), cfg.Locks)
-				}
-			}
-		}
-	}()
+	stopProgress := everySecond(cfg.Progress, func(w io.Writer) {
+		fmt.Fprintf(w, "%5.1fs held %d of %d\n", time.Since(start).Seconds(), done.Load(), cfg.Locks)
+	})
 	var wg sync.WaitGroup
 	for range cfg.Workers {
 		wg.Add(1)
@@ -97,7 +85,7 @@ func RunHeld(ctx context.Context, cfg HeldConfig) (*HeldResult, error) {
 		}()
 	}
 	wg.Wait()
-	close(stopProgress)
+	stopProgress()
 	res.AcquireS = time.Since(start).Seconds()
 	res.PerSec = rate(done.Load(), res.AcquireS)
 	res.Acquire = h.Summary()

@@ -375,30 +375,13 @@ func (r *idleRun) send(ctx context.Context, sh *shard) {
 }
 
 func (r *idleRun) progress() func() {
-	if r.cfg.Progress == nil {
-		return func() {}
-	}
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		t := time.NewTicker(time.Second)
-		defer t.Stop()
-		var lastH, lastA int64
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-			}
-			h, a := r.hbs.Load(), r.acks.Load()
-			fmt.Fprintf(r.cfg.Progress, "%5.1fs idle: heartbeats %d/s acks %d/s  ack p99 %.2fms  expired %d  jeopardy %d  stream errors %d\n",
-				r.now().Seconds(), h-lastH, a-lastA, ms(r.ackLat.Quantile(0.99)), r.expired.Load(), r.jeopardy.Load(), r.streamErrs.Load())
-			lastH, lastA = h, a
-		}
-	}()
-	return func() { close(done); wg.Wait() }
+	var lastH, lastA int64
+	return everySecond(r.cfg.Progress, func(w io.Writer) {
+		h, a := r.hbs.Load(), r.acks.Load()
+		fmt.Fprintf(w, "%5.1fs idle: heartbeats %d/s acks %d/s  ack p99 %.2fms  expired %d  jeopardy %d  stream errors %d\n",
+			r.now().Seconds(), h-lastH, a-lastA, ms(r.ackLat.Quantile(0.99)), r.expired.Load(), r.jeopardy.Load(), r.streamErrs.Load())
+		lastH, lastA = h, a
+	})
 }
 
 // closeAll closes the sessions that are still open, bounded in time.

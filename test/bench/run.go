@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -306,7 +307,25 @@ func baseline(ctx context.Context, s Session, name string, n int) (time.Duration
 // progress prints a line a second to cfg.Progress until the returned
 // function is called.
 func (r *runner) progress() func() {
-	if r.cfg.Progress == nil {
+	var last int64
+	return everySecond(r.cfg.Progress, func(w io.Writer) {
+		p := r.pairs.Load()
+		phase := "warm-up"
+		if r.recording.Load() {
+			phase = "measuring"
+		}
+		fmt.Fprintf(w, "%5.1fs %-9s pairs %d (%d/s)  acquire p50 %.2fms p99 %.2fms  hand-off p50 %.2fms  errors %d\n",
+			r.now().Seconds(), phase, p, p-last, ms(r.acquire.Quantile(0.5)), ms(r.acquire.Quantile(0.99)),
+			ms(r.handoff.Quantile(0.5)), r.errs.Load())
+		last = p
+	})
+}
+
+// everySecond calls line with w once a second, from a goroutine of its
+// own, until the returned function is called (which waits for it). A nil
+// w prints nothing.
+func everySecond(w io.Writer, line func(io.Writer)) (stop func()) {
+	if w == nil {
 		return func() {}
 	}
 	done := make(chan struct{})
@@ -316,22 +335,13 @@ func (r *runner) progress() func() {
 		defer wg.Done()
 		t := time.NewTicker(time.Second)
 		defer t.Stop()
-		var last int64
 		for {
 			select {
 			case <-done:
 				return
 			case <-t.C:
+				line(w)
 			}
-			p := r.pairs.Load()
-			phase := "warm-up"
-			if r.recording.Load() {
-				phase = "measuring"
-			}
-			fmt.Fprintf(r.cfg.Progress, "%5.1fs %-9s pairs %d (%d/s)  acquire p50 %.2fms p99 %.2fms  hand-off p50 %.2fms  errors %d\n",
-				r.now().Seconds(), phase, p, p-last, ms(r.acquire.Quantile(0.5)), ms(r.acquire.Quantile(0.99)),
-				ms(r.handoff.Quantile(0.5)), r.errs.Load())
-			last = p
 		}
 	}()
 	return func() { close(done); wg.Wait() }
