@@ -33,8 +33,9 @@ type Node struct {
 	raft      *raft.Raft
 	fsm       *trackingFSM
 	store     *raftboltdb.BoltStore
-	logs      raft.LogStore // store behind a LogCache
+	logs      raft.LogStore // store behind a LogCache, declared monotonic
 	transport *raft.NetworkTransport
+	clamp     *clampTransport // transport as raft sees it (clamp.go)
 
 	leadership *broadcaster
 	wg         sync.WaitGroup // background goroutines of this package
@@ -99,9 +100,13 @@ func (n *Node) open(fsm raft.FSM) error {
 		return fmt.Errorf("raftnode: open %s: %w", filepath.Join(cfg.DataDir, "raft.db"), err)
 	}
 	n.store = store
-	n.logs, err = raft.NewLogCache(logCacheSize, store)
+	cache, err := raft.NewLogCache(logCacheSize, store)
 	if err != nil {
 		return fmt.Errorf("raftnode: log cache: %w", err)
+	}
+	n.logs = cache
+	if workarounds.monotonicLogs {
+		n.logs = monotonicLogs{cache}
 	}
 	fileSnaps, err := raft.NewFileSnapshotStoreWithLogger(
 		filepath.Join(cfg.DataDir, "snapshots"), snapshotsRetained, n.logger.Named("snapshots"))
@@ -116,11 +121,34 @@ func (n *Node) open(fsm raft.FSM) error {
 	if err != nil {
 		return fmt.Errorf("raftnode: reading raft state: %w", err)
 	}
+	n.clamp = newClampTransport(n.transport, n.fenced)
+	n.clamp.off = !workarounds.clampCommit
+	// Bootstrap writes the first configuration into the stores before raft
+	// starts consuming RPCs. Bootstrapping after NewRaft (Raft.BootstrapCluster)
+	// lost a race: a peer that bootstrapped first could reach this node's
+	// listener between the two, its AppendEntries created raft state, and the
+	// bootstrap failed with "bootstrap only works on new clusters". Requests
+	// that arrive now wait in the transport until raft reads them.
+	switch {
+	case hasState && len(cfg.Bootstrap) > 0:
+		n.logger.Debug("existing raft state found; ignoring Bootstrap")
+	case !hasState && len(cfg.Bootstrap) > 0:
+		conf, err := n.bootstrapConfiguration(cfg.Bootstrap)
+		if err != nil {
+			return err
+		}
+		if err := raft.BootstrapCluster(cfg.raftConfig(nil), n.logs, store, snaps, n.clamp, conf); err != nil {
+			return fmt.Errorf("raftnode: bootstrap: %w", err)
+		}
+		n.logger.Info("bootstrapped cluster", "servers", conf.Servers)
+	case !hasState:
+		n.logger.Info("no raft state and no Bootstrap: waiting to be joined")
+	}
 
 	n.fsm = newTrackingFSM(fsm, n.logger)
 	// raft blocks on NotifyCh; watchLeadership drains it until raft stops.
 	notify := make(chan bool, 16)
-	n.raft, err = raft.NewRaft(cfg.raftConfig(notify), n.fsm, n.logs, store, snaps, n.transport)
+	n.raft, err = raft.NewRaft(cfg.raftConfig(notify), n.fsm, n.logs, store, snaps, n.clamp)
 	if err != nil {
 		return fmt.Errorf("raftnode: start raft: %w", err)
 	}
@@ -129,16 +157,6 @@ func (n *Node) open(fsm raft.FSM) error {
 
 	n.logger.Info("raft node started", "id", cfg.ID, "addr", n.transport.LocalAddr(),
 		"existing_state", hasState, "last_index", n.raft.LastIndex())
-	switch {
-	case hasState && len(cfg.Bootstrap) > 0:
-		n.logger.Debug("existing raft state found; ignoring Bootstrap")
-	case !hasState && len(cfg.Bootstrap) > 0:
-		if err := n.BootstrapCluster(cfg.Bootstrap); err != nil {
-			return err
-		}
-	case !hasState:
-		n.logger.Info("no raft state and no Bootstrap: waiting to be joined")
-	}
 	return nil
 }
 
@@ -230,10 +248,24 @@ func (n *Node) ID() string { return n.cfg.ID }
 // New; call it directly when the peers' addresses are only known after
 // New (e.g. ports chosen by the OS).
 func (n *Node) BootstrapCluster(peers []Peer) error {
-	if err := validatePeers(n.cfg.ID, peers); err != nil {
+	conf, err := n.bootstrapConfiguration(peers)
+	if err != nil {
 		return err
 	}
+	if err := n.raft.BootstrapCluster(conf).Error(); err != nil {
+		return fmt.Errorf("raftnode: bootstrap: %w", err)
+	}
+	n.logger.Info("bootstrapped cluster", "servers", conf.Servers)
+	return nil
+}
+
+// bootstrapConfiguration is the raft configuration of exactly peers, all
+// voters.
+func (n *Node) bootstrapConfiguration(peers []Peer) (raft.Configuration, error) {
 	var conf raft.Configuration
+	if err := validatePeers(n.cfg.ID, peers); err != nil {
+		return conf, err
+	}
 	for _, p := range peers {
 		addr := p.Addr
 		if p.ID == n.cfg.ID && addr == "" {
@@ -243,11 +275,7 @@ func (n *Node) BootstrapCluster(peers []Peer) error {
 			ID: raft.ServerID(p.ID), Address: raft.ServerAddress(addr), Suffrage: raft.Voter,
 		})
 	}
-	if err := n.raft.BootstrapCluster(conf).Error(); err != nil {
-		return fmt.Errorf("raftnode: bootstrap: %w", err)
-	}
-	n.logger.Info("bootstrapped cluster", "servers", conf.Servers)
-	return nil
+	return conf, nil
 }
 
 // Shutdown stops the node: if it is the leader and there are other voters,
@@ -291,6 +319,9 @@ func (n *Node) stopRaft() error {
 // closeResources closes the transport and the store, whichever are open.
 func (n *Node) closeResources() error {
 	var errs []error
+	if n.clamp != nil {
+		errs = append(errs, n.clamp.Close()) // closes n.transport too
+	}
 	if n.transport != nil {
 		n.transport.CloseStreams()
 		errs = append(errs, n.transport.Close())
@@ -316,3 +347,7 @@ func (n *Node) otherVoters() int {
 	}
 	return count
 }
+
+// fenced reports whether this replica found that it diverged from the
+// cluster (see Diverged); the transport then refuses to stand for election.
+func (n *Node) fenced() bool { return false }
