@@ -156,7 +156,9 @@ var errNoPreVote = &noPreVoteError{}
 
 type noPreVoteError struct{}
 
-func (*noPreVoteError) Error() string { return "raftnode: the wrapped transport does not support pre-vote" }
+func (*noPreVoteError) Error() string {
+	return "raftnode: the wrapped transport does not support pre-vote"
+}
 
 // Close stops the relay and closes the inner transport if it can be closed.
 func (t *clampTransport) Close() error {
