@@ -18,6 +18,9 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	if cfg := os.Getenv(pausedHolderEnv); cfg != "" {
+		os.Exit(pausedHolderMain(cfg)) // a child process of TestPausedHolderSeesLossFirst
+	}
 	code := m.Run()
 	mainT.Close()
 	os.Exit(code)

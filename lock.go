@@ -78,13 +78,47 @@ func (l *Lock) AcquiredAt() time.Time { return l.acquiredAt }
 // Context is cancelled when the lock ends: released, stolen (cause
 // ErrStolen), or its session lost (cause ErrSessionLost). context.Cause
 // tells which.
+//
+// Its Done, Err and Value (so context.Cause too) compare the monotonic
+// clock with the session's jeopardy deadline before they answer: a holder
+// that was paused past it (SIGSTOP, a long GC pause) sees the lock lost on
+// its first look after resuming, not once a goroutine of the client has
+// been scheduled. Contexts derived from it learn of the loss when the
+// client cancels it.
 func (l *Lock) Context() context.Context { return l.ctx }
 
-// Done is closed when the lock ends.
+// Done is closed when the lock ends. Like Err it checks the jeopardy
+// deadline first.
 func (l *Lock) Done() <-chan struct{} { return l.ctx.Done() }
 
-// Err is nil while the lock is held, then why it ended.
+// Err is nil while the lock is held, then why it ended. It checks the
+// jeopardy deadline first (see Context).
 func (l *Lock) Err() error { return context.Cause(l.ctx) }
+
+// lockCtx is a held lock's context: the cancel-cause context the client
+// ends, checked against the jeopardy deadline on every look. The context
+// contract allows Err to report the end before a goroutine would have:
+// checkJeopardy cancels the inner context (closing Done) before Err
+// returns non-nil.
+type lockCtx struct {
+	context.Context
+	s *session
+}
+
+func (c *lockCtx) Done() <-chan struct{} {
+	c.s.checkJeopardy()
+	return c.Context.Done()
+}
+
+func (c *lockCtx) Err() error {
+	c.s.checkJeopardy()
+	return c.Context.Err()
+}
+
+func (c *lockCtx) Value(key any) any {
+	c.s.checkJeopardy()
+	return c.Context.Value(key)
+}
 
 // Release releases the lock. It is idempotent.
 func (l *Lock) Release(ctx context.Context) error {
@@ -165,7 +199,9 @@ func (r *request) finish(o outcome) {
 	}
 	if o.err == nil {
 		l := &Lock{s: r.s, r: r, names: r.names, mode: r.mode, token: o.token, acquiredAt: o.acquiredAt}
-		l.ctx, l.cancel = context.WithCancelCause(r.parent)
+		var inner context.Context
+		inner, l.cancel = context.WithCancelCause(r.parent)
+		l.ctx = &lockCtx{Context: inner, s: r.s}
 		r.lock = l
 	}
 	r.done <- o

@@ -37,12 +37,12 @@ type session struct {
 // session returns the client's live session, opening one if there is none
 // (at Dial, or after the last one was lost).
 func (c *Client) session(ctx context.Context) (*session, error) {
-	if s, err := c.live(); s != nil || err != nil {
+	if s, err := c.live(); err != nil || s != nil && !s.checkJeopardy() {
 		return s, err
 	}
 	c.openMu.Lock() // one caller opens; the others wait for its session
 	defer c.openMu.Unlock()
-	if s, err := c.live(); s != nil || err != nil {
+	if s, err := c.live(); err != nil || s != nil && !s.checkJeopardy() {
 		return s, err
 	}
 	sent := time.Now()
@@ -99,12 +99,13 @@ func (c *Client) closeQuietly(id uint64) {
 }
 
 // end ends the session here: every pending request fails and every held
-// lock's context is cancelled with cause.
-func (s *session) end(cause error) {
+// lock's context is cancelled with cause. It reports whether it ended it
+// (false: it had ended already).
+func (s *session) end(cause error) bool {
 	s.mu.Lock()
 	if s.ctx.Err() != nil {
 		s.mu.Unlock()
-		return
+		return false
 	}
 	s.cancel(cause)
 	for _, r := range s.reqs {
@@ -117,6 +118,35 @@ func (s *session) end(cause error) {
 		s.c.sess = nil
 	}
 	s.c.mu.Unlock()
+	return true
+}
+
+// checkJeopardy ends the session if its jeopardy deadline has passed, at
+// once, on the caller's goroutine (the watch timer may not have run yet:
+// the process may have just resumed from a pause). It reports whether the
+// session has ended.
+func (s *session) checkJeopardy() bool {
+	if s.ctx.Err() != nil {
+		return true
+	}
+	if s.ttl <= 0 { // a session of a unit test, without heartbeats
+		return false
+	}
+	s.mu.Lock()
+	late := !time.Now().Before(s.lastAcked.Add(s.ttl))
+	s.mu.Unlock()
+	if late {
+		s.jeopardy()
+	}
+	return late
+}
+
+// jeopardy ends the session because no heartbeat was acknowledged for a
+// whole TTL, and closes it on the cluster if it can still be reached.
+func (s *session) jeopardy() {
+	if s.end(fmt.Errorf("%w: no heartbeat acknowledged for a whole TTL (%s)", ErrSessionLost, s.ttl)) {
+		go s.c.closeQuietly(s.id)
+	}
 }
 
 // watch ends the session when a whole TTL has passed since the send time of
@@ -143,8 +173,7 @@ func (s *session) watch() {
 			}
 			continue
 		}
-		s.end(fmt.Errorf("%w: no heartbeat acknowledged for a whole TTL (%s)", ErrSessionLost, s.ttl))
-		go s.c.closeQuietly(s.id)
+		s.jeopardy()
 		return
 	}
 }
