@@ -51,12 +51,14 @@ const (
 	cLive   = "liveness"
 	cLost   = "no-lost-ack"
 	cDigest = "state-digest"
+	// cApplied: equal running hashes of applied entries (check_live.go).
+	cApplied = "applied-hash"
 )
 
 // runChecks runs every checker over a history.
 func runChecks(ops []Op, o checkOptions) []checkResult {
 	hs := analyse(ops)
-	return []checkResult{checkMutex(hs), checkLin(hs, o), checkFIFO(hs), checkLiveness(hs, o), checkLost(hs), checkDigest(hs)}
+	return []checkResult{checkMutex(hs), checkLin(hs, o), checkFIFO(hs), checkLiveness(hs, o), checkLost(hs), checkDigest(hs), checkApplied(hs)}
 }
 
 func allValid(rs []checkResult) bool {

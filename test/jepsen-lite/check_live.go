@@ -81,6 +81,31 @@ func checkDigest(hs *history) checkResult {
 	return r
 }
 
+// checkApplied is checker (7): the nodes' running hashes of every applied
+// log entry are equal at a common index (the smallest applied index once
+// they caught up), and no node fenced itself after a checkpoint mismatch.
+// Unlike the state digest, it sees a replica that applied other entries
+// even when its state later re-converged.
+func checkApplied(hs *history) checkResult {
+	r := checkResult{Name: cApplied, Valid: true}
+	found := false
+	for _, op := range hs.final {
+		if op.F != "applied-hash" {
+			continue
+		}
+		found = true
+		if op.Type != "ok" {
+			r.fail("%s", op.Value)
+		} else {
+			r.note("%s", op.Value)
+		}
+	}
+	if !found {
+		r.fail("no applied hashes were compared at the end (a history from before the applied-hash check?)")
+	}
+	return r
+}
+
 // checkLost is checker (5): no acknowledged grant or release is lost.
 //   - a query made after a release was acknowledged does not show the lock
 //     (unless the holder lost it another way first);

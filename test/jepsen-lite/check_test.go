@@ -40,11 +40,12 @@ func (b *hb) query(p int, invoke, ok int64, held ...QLock) *hb {
 }
 
 // end adds what every complete history ends with: the heal, a quiet
-// namespace, equal digests.
+// namespace, equal digests, equal applied hashes.
 func (b *hb) end(t int64) []Op {
 	b.add(t, Op{Process: nemesisProcess, Type: "event", F: "nemesis", Result: "heal"})
 	b.add(t+1, Op{Process: finalProcess, Type: "ok", F: "quiesce"})
 	b.add(t+2, Op{Process: finalProcess, Type: "ok", F: "digest", Value: "equal"})
+	b.add(t+3, Op{Process: finalProcess, Type: "ok", F: "applied-hash", Value: "equal"})
 	sortOps(b.ops)
 	return b.ops
 }
@@ -81,7 +82,7 @@ func wantInvalid(t *testing.T, ops []Op, name, substr string) {
 
 func TestMutexGood(t *testing.T) {
 	ops := new(hb).grant(1, "1/1", "mutex-0", 0, 10, 20, 1, 5).grant(2, "2/1", "mutex-0", 5, 25, 30, 2, 7).end(100)
-	for _, c := range []string{cMutex, cLin, cFIFO, cLive, cLost, cDigest} {
+	for _, c := range []string{cMutex, cLin, cFIFO, cLive, cLost, cDigest, cApplied} {
 		wantValid(t, ops, c)
 	}
 }
@@ -250,6 +251,33 @@ func TestDigest(t *testing.T) {
 	wantInvalid(t, b.ops, cDigest, "states differ")
 	wantInvalid(t, b.ops, cDigest, "node1 exited")
 	wantInvalid(t, new(hb).ops, cDigest, "no digests")
+}
+
+// A divergence the final phase found fails the applied-hash checker even
+// when the state digests agree (finding 3: they re-converged), and a
+// history without the comparison fails it too.
+func TestAppliedHash(t *testing.T) {
+	b := new(hb).grant(1, "1/1", "mutex-0", 0, 10, 20, 1, 5)
+	b.add(50, Op{Process: finalProcess, Type: "ok", F: "digest", Value: "equal digests"})
+	b.add(60, Op{Process: finalProcess, Type: "fail", F: "applied-hash", Value: "the nodes' hashes of the entries applied through index 90 differ"})
+	b.add(70, Op{Process: nemesisProcess, Type: "event", F: "nemesis", Result: "heal"})
+	sortOps(b.ops)
+	wantInvalid(t, b.ops, cApplied, "through index 90 differ")
+	wantValid(t, b.ops, cDigest)
+
+	fenced := new(hb).grant(1, "1/1", "mutex-0", 0, 10, 20, 1, 5)
+	fenced.add(60, Op{Process: finalProcess, Type: "fail", F: "applied-hash", Value: "node2 fenced itself: checkpoint at 64"})
+	wantInvalid(t, fenced.ops, cApplied, "node2 fenced itself")
+
+	var none []Op
+	for _, op := range new(hb).grant(1, "1/1", "mutex-0", 0, 10, 20, 1, 5).end(100) {
+		if op.F != "applied-hash" {
+			none = append(none, op)
+		}
+	}
+	wantValid(t, none, cDigest)
+	wantInvalid(t, none, cApplied, "no applied hashes were compared")
+	wantValid(t, new(hb).grant(1, "1/1", "mutex-0", 0, 10, 20, 1, 5).end(100), cApplied)
 }
 
 func TestHistoryRoundTrip(t *testing.T) {

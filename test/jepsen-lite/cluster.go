@@ -112,13 +112,36 @@ type nodeDigest struct {
 	Index  uint64 `json:"index"`
 	Digest string `json:"digest"`
 	Stable bool   `json:"stable"`
+	// The running hash of every applied log entry (raftnode): the last
+	// index folded into it (nil: a lockcluster without the running hash)
+	// and the hash through it ("" when the node does not know its chain,
+	// e.g. restored from a snapshot written before it had one).
+	AppliedIndex *uint64 `json:"applied_index"`
+	AppliedHash  string  `json:"applied_hash"`
+	HashBase     uint64  `json:"hash_base"`
+	// Diverged is why the node fenced itself (a checkpoint did not match
+	// its own hash), "" if it did not.
+	Diverged string `json:"diverged"`
+	// With ?at=N: the hash at exactly index N, or "" and why not.
+	AtIndex uint64 `json:"at_index"`
+	AtHash  string `json:"at_hash"`
+	AtError string `json:"at_error"`
 }
 
 func digestOf(ctx context.Context, c Cluster, i int) (nodeDigest, error) {
+	return fetchDigest(ctx, c, i, "")
+}
+
+// digestAt asks node i for its running hash at exactly index at.
+func digestAt(ctx context.Context, c Cluster, i int, at uint64) (nodeDigest, error) {
+	return fetchDigest(ctx, c, i, fmt.Sprintf("?at=%d", at))
+}
+
+func fetchDigest(ctx context.Context, c Cluster, i int, query string) (nodeDigest, error) {
 	var d nodeDigest
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+c.HTTPAddr(i)+"/debug/digest", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+c.HTTPAddr(i)+"/debug/digest"+query, nil)
 	if err != nil {
 		return d, err
 	}

@@ -12,7 +12,8 @@ import (
 
 // The final phase runs after every client has stopped: it waits for the
 // namespace to empty, holds a few locks on purpose and queries them, waits
-// for the namespace to empty again, and collects every node's digest.
+// for the namespace to empty again, collects every node's digest, and
+// compares the nodes' running hashes of applied entries at a common index.
 // What it sees goes into the history (process finalProcess) for the
 // checkers.
 
@@ -35,7 +36,7 @@ func (rn *runner) final(ctx context.Context) {
 	held := make(chan struct{}, finalHolds)
 	queried := make(chan struct{})
 	for k := range finalHolds {
-		w := newWorker(workerConfig{Process: rn.nextProcess + k, Workload: "final", Endpoints: rn.c.Endpoints(), Namespace: rn.ns,
+		w := newWorker(workerConfig{Process: rn.newProcess(), Workload: "final", Endpoints: rn.c.Endpoints(), Namespace: rn.ns,
 			TTL: rn.cfg.TTL, OpTimeout: rn.cfg.OpTimeout, Seed: int64(k)}, sink, rn.reg)
 		if !w.dial(withTimeout(ctx, 10*time.Second)) {
 			continue
@@ -62,6 +63,7 @@ func (rn *runner) final(ctx context.Context) {
 	wg.Wait()
 	rn.quiesce(obs, bound)
 	rn.digests(ctx)
+	rn.rec.Add(appliedHashes(ctx, rn.c, appliedHashBound, 250*time.Millisecond)) // final_hash.go
 	for _, c := range rn.c.Crashes() {
 		sink.Add(Op{Process: finalProcess, Type: "event", F: "crash", Value: c})
 	}

@@ -17,14 +17,17 @@
 //
 // Nemeses (--nemesis, nemesis.go): kill and pause a node or the leader,
 // pause a client process past its TTL, isolate the leader, split, bridge,
-// one-way cuts, delay, restart the whole cluster; "partition" and "all"
-// name groups. One fault at a time, each bounded, all healed at the end.
+// one-way cuts, delay, restart the whole cluster, pause the leader after a
+// follower restarted and resume it into a newer term (stale-leader);
+// "partition" and "all" name groups. One fault at a time, each bounded,
+// all healed at the end.
 //
 // The history (history.jsonl in --out: every invoke, ok, fail and info
-// with CLOCK_MONOTONIC timestamps) goes through six checkers: mutual
+// with CLOCK_MONOTONIC timestamps) goes through seven checkers: mutual
 // exclusion and fencing (check_mutex.go), linearizability with porcupine
 // (check_lin.go), FIFO (check_fifo.go), liveness, no lost
-// acknowledgement and equal state digests (check_live.go). The summary
+// acknowledgement, equal state digests and equal applied hashes at a
+// common index (check_live.go). The summary
 // table goes to stdout and summary.txt, the verdicts to results.json, and
 // porcupine's HTML visualisation next to the history when linearizability
 // fails. Exit status: 0 when every checker passes, 1 when one fails, 2 when
@@ -77,7 +80,7 @@ func mainArgs(args []string, out io.Writer) int {
 	cfg := config{Log: out, Nodes: 3}
 	var nemeses, workloads string
 	fs.DurationVar(&cfg.Time, "time", 60*time.Second, "how long to inject faults under load")
-	fs.StringVar(&nemeses, "nemesis", "all", "faults, comma-separated: kill, pause, pause-client, isolate-leader, split, bridge, one-way, delay, restart-cluster; partition; all; none")
+	fs.StringVar(&nemeses, "nemesis", "all", "faults, comma-separated: kill, pause, pause-client, isolate-leader, split, bridge, one-way, delay, restart-cluster, stale-leader; partition; all; none")
 	fs.StringVar(&workloads, "workload", "all", "workloads, comma-separated: mutex, lease, rw, steal, scoped, ifavailable, timeout; all")
 	fs.IntVar(&cfg.Clients, "clients", 14, "client goroutines (each its own session), spread over the workloads")
 	fs.IntVar(&cfg.ClientProcs, "client-procs", 2, "client processes running the mutex workload (pause-client pauses them)")

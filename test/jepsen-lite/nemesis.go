@@ -21,9 +21,12 @@ const (
 	nOneWay         = "one-way"         // the leader's links in one direction only
 	nDelay          = "delay"           // 50–250 ms more on every link
 	nRestartCluster = "restart-cluster" // SIGKILL every node, restart them all
+	// nStaleLeader ("stale-leader", nemesis_stale.go): restart a follower,
+	// SIGSTOP the leader as it comes back, SIGCONT it once the others have
+	// elected a new leader.
 )
 
-var allNemeses = []string{nKill, nPause, nPauseClient, nIsolateLeader, nSplit, nBridge, nOneWay, nDelay, nRestartCluster}
+var allNemeses = []string{nKill, nPause, nPauseClient, nIsolateLeader, nSplit, nBridge, nOneWay, nDelay, nRestartCluster, nStaleLeader}
 
 var nemesisGroups = map[string][]string{
 	"all":       allNemeses,
@@ -63,6 +66,15 @@ type nemesis struct {
 	clients []*clientProc
 	holding func(process int) bool
 	ttl     time.Duration
+	// states reports the nodes' status (adminStates unless a test fakes
+	// it), polled every pollEvery.
+	states    func(ctx context.Context, idx []int) []nodeState
+	pollEvery time.Duration
+	bound     time.Duration // of each wait of stale-leader (staleLeaderBound)
+	shorten   int           // tests: hold divides every fault's duration by it
+	// pin starts clients whose only endpoint is node i's (seeded with
+	// seed) and returns what stops them; nil: none.
+	pin     func(i int, seed int64) (stop func())
 	n       int // faults so far
 	counts  map[string]int
 	skipped map[string]int
@@ -71,6 +83,15 @@ type nemesis struct {
 // run injects faults until ctx ends, then heals everything.
 func (nm *nemesis) run(ctx context.Context) {
 	nm.counts, nm.skipped = map[string]int{}, map[string]int{}
+	if nm.states == nil {
+		nm.states = adminStates(nm.c)
+	}
+	if nm.pollEvery == 0 {
+		nm.pollEvery = 50 * time.Millisecond
+	}
+	if nm.bound == 0 {
+		nm.bound = staleLeaderBound
+	}
 	if len(nm.kinds) == 0 {
 		<-ctx.Done()
 		return
@@ -95,7 +116,11 @@ func (nm *nemesis) record(kind, result, value string) {
 
 // hold waits for a fault's duration, cut short when the run ends.
 func (nm *nemesis) hold(ctx context.Context, lo, hi time.Duration) {
-	sleepCtx(ctx, lo+time.Duration(nm.rng.Int63n(int64(hi-lo)+1)))
+	d := lo + time.Duration(nm.rng.Int63n(int64(hi-lo)+1))
+	if nm.shorten > 0 {
+		d /= time.Duration(nm.shorten)
+	}
+	sleepCtx(ctx, d)
 }
 
 func (nm *nemesis) target(ctx context.Context) int {
@@ -143,6 +168,8 @@ func (nm *nemesis) inject(ctx context.Context, kind string) error {
 		return nil
 	case nPauseClient:
 		return nm.pauseClient(ctx)
+	case nStaleLeader:
+		return nm.staleLeader(ctx)
 	case nDelay:
 		net := nm.c.Net()
 		if net == nil {

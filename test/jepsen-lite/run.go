@@ -44,8 +44,50 @@ type runner struct {
 	rec         *Recorder
 	reg         *Register
 	ns          string
-	nextProcess int
+	procMu      sync.Mutex
+	nextProcess int // the next process number to give out (newProcess)
 	faults      *nemesis
+}
+
+// newProcess gives out a process number no client has had.
+func (rn *runner) newProcess() int {
+	rn.procMu.Lock()
+	defer rn.procMu.Unlock()
+	rn.nextProcess++
+	return rn.nextProcess - 1
+}
+
+// pinnedWorkloads are the workloads of the clients the stale-leader
+// nemesis pins to the leader, the busiest writers first.
+var pinnedWorkloads = []string{wMutex, wIfAvailable, wSteal, wRW, wScoped, wTimeout, wLease}
+
+// pinned returns the nemesis's pin: it starts three client goroutines,
+// recorded like every other, whose only endpoint is node i's, running the
+// run's busiest workloads. Their stop lets each finish the operation under
+// way and close its session; wg (load's) waits for them.
+func (rn *runner) pinned(ctx context.Context, base workerConfig, wg *sync.WaitGroup) func(i int, seed int64) func() {
+	var wls []string
+	for _, w := range pinnedWorkloads {
+		if contains(rn.cfg.Workloads, w) {
+			wls = append(wls, w)
+		}
+	}
+	return func(i int, seed int64) func() {
+		pctx, stop := context.WithCancel(ctx)
+		if len(wls) == 0 {
+			return stop
+		}
+		rng := rand.New(rand.NewSource(seed))
+		for k := range 3 {
+			wc := base
+			wc.Endpoints = []string{rn.c.Endpoints()[i]}
+			wc.Process, wc.Workload, wc.Seed = rn.newProcess(), wls[k%len(wls)], rng.Int63()
+			w := newWorker(wc, rn.rec, rn.reg)
+			wg.Add(1)
+			go func() { defer wg.Done(); w.run(pctx) }()
+		}
+		return stop
+	}
 }
 
 func (rn *runner) logf(format string, args ...any) {
@@ -163,7 +205,7 @@ func (rn *runner) load(ctx context.Context) {
 	rn.logf("%d client goroutines, an observer and %d client processes in namespace %s; faults %v for %s",
 		cfg.Clients, len(procs), rn.ns, cfg.Nemeses, cfg.Time)
 	rn.faults = &nemesis{c: rn.c, kinds: cfg.Nemeses, rng: rand.New(rand.NewSource(rng.Int63())), sink: rn.rec,
-		clients: procs, holding: rn.rec.Holding, ttl: cfg.TTL}
+		clients: procs, holding: rn.rec.Holding, ttl: cfg.TTL, pin: rn.pinned(wctx, base, &wg)}
 	nctx, cancel := context.WithTimeout(ctx, cfg.Time)
 	rn.faults.run(nctx)
 	cancel()
