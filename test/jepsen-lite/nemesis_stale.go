@@ -138,7 +138,12 @@ func (nm *nemesis) staleLeader(ctx context.Context) error {
 	// 3. Wait until it answers, or until it has caught up with L.
 	caughtUp := nm.rng.Intn(2) == 0
 	var target uint64
+	deposed := false
 	back := nm.pollNodes(ctx, []int{f, l}, nm.bound, func(sts []nodeState) bool {
+		if sts[1].ok && (!sts[1].leader || sts[1].term != lterm) {
+			deposed = true
+			return true
+		}
 		if !sts[0].ok {
 			return false
 		}
@@ -151,6 +156,10 @@ func (nm *nemesis) staleLeader(ctx context.Context) error {
 		return target > 0 && sts[0].applied >= target
 	})
 	if ctx.Err() != nil {
+		return nil
+	}
+	if deposed {
+		nm.record(nStaleLeader, "stop", fmt.Sprintf("node%d no longer led term %d when node%d came back; not paused", l, lterm, f))
 		return nil
 	}
 	if !back && (!caughtUp || target == 0) {

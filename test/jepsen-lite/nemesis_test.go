@@ -190,6 +190,36 @@ func TestStaleLeaderNemesisFollowerNeverBack(t *testing.T) {
 	}
 }
 
+// A leader that loses its leadership while the follower restarts is not
+// paused: the shape is gone.
+func TestStaleLeaderNemesisLeaderDeposed(t *testing.T) {
+	fc := newFakeCluster(0)
+	nm, rec := staleNemesis(fc, 1)
+	nm.c = &deposesOnRestart{fc}
+	if err := nm.inject(context.Background(), nStaleLeader); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range fc.calls {
+		if strings.HasPrefix(c, "pause") {
+			t.Errorf("paused a deposed leader: %q", fc.calls)
+		}
+	}
+	ops := rec.Ops()
+	if last := ops[len(ops)-1]; !strings.Contains(last.Value, "node0 no longer led term 3") {
+		t.Errorf("last event %+v", last)
+	}
+}
+
+type deposesOnRestart struct{ *fakeCluster }
+
+func (d *deposesOnRestart) Restart(i int) error {
+	d.fakeCluster.Restart(i)
+	d.mu.Lock()
+	d.leader, d.term = i, d.term+1
+	d.mu.Unlock()
+	return nil
+}
+
 type neverRestarts struct{ *fakeCluster }
 
 func (n *neverRestarts) Restart(i int) error { n.call("restart %d (stays down)", i); return nil }
