@@ -112,6 +112,13 @@ func (s *Server) heartbeats(ctx context.Context, stream pb.Locks_SessionServer, 
 		known, err := s.touch(ctx, id)
 		var out *pb.SessionDown
 		switch {
+		case (errors.Is(err, errNotLeading) || err != nil && ctx.Err() == nil) && !s.knowsLeader():
+			// Nobody here can renew the session (an election, or this
+			// node is cut off): say so at once, so that the client moves
+			// its stream to a node that can, instead of losing the session
+			// after a TTL of silence (docs/chaos.md, finding 2).
+			recvErr <- status.Errorf(codes.Unavailable, "node %s knows no leader to renew session %d: reconnect to another node", s.cfg.Self.ID, id)
+			return
 		case errors.Is(err, errNotLeading), err != nil && ctx.Err() == nil:
 			continue // no leader renewed it: no ack; the client sends again
 		case err != nil:

@@ -35,6 +35,17 @@ func (s *Server) touch(ctx context.Context, id uint64) (known bool, err error) {
 	return s.touches.touch(ctx, id)
 }
 
+// knowsLeader says whether this node knows a leader, itself or another,
+// that a heartbeat could renew a session through.
+func (s *Server) knowsLeader() bool {
+	node := s.node.Load()
+	if node == nil {
+		return false
+	}
+	id, _ := node.Leader()
+	return id != ""
+}
+
 func (s *Server) notLeader() error {
 	node := s.node.Load()
 	if node == nil {
