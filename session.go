@@ -226,10 +226,20 @@ func (s *session) stream(lc pb.LocksClient) error {
 	}
 	s.sync(synced)
 	sendErr := make(chan error, 1)
-	go func() { sendErr <- s.heartbeat(ctx, st) }()
+	go func() {
+		sendErr <- s.heartbeat(ctx, st)
+		cancel() // wake the Recv below
+	}()
 	for {
 		m, err := st.Recv()
 		if err != nil {
+			select {
+			case herr := <-sendErr:
+				if errors.Is(herr, errNotRenewed) {
+					return herr
+				}
+			default:
+			}
 			return err
 		}
 		switch k := m.Kind.(type) {
@@ -246,20 +256,41 @@ func (s *session) stream(lc pb.LocksClient) error {
 	}
 }
 
+// errNotRenewed: the stream's node acknowledged no heartbeat for TTL/3.
+var errNotRenewed = errors.New("no heartbeat acknowledged on this stream for a third of the TTL: moving to another endpoint")
+
 // heartbeat sends a heartbeat every TTL/3, at once first. A heartbeat
 // still unacknowledged after TTL/10 is sent again: a node drops the
 // heartbeats that arrive while no leader can renew the session (an
 // election), and waiting a whole TTL/3 for the next one let three
 // unlucky heartbeats in a row, around leader failures a few seconds
 // apart, cost the session (jeopardy after one TTL without an ack).
+//
+// When a heartbeat of this stream has gone unacknowledged for TTL/3 it
+// returns errNotRenewed: the node cannot renew the session (it is cut off
+// from the leader, or paused), and the stream moves to another endpoint
+// with two thirds of the TTL left, instead of staying until jeopardy
+// (docs/chaos.md, finding 2).
 func (s *session) heartbeat(ctx context.Context, st pb.Locks_SessionClient) error {
 	every, retry := max(s.ttl/3, 10*time.Millisecond), max(s.ttl/10, 5*time.Millisecond)
 	tick := time.NewTicker(retry)
 	defer tick.Stop()
 	var last time.Time
 	var lastID uint64
+	var sent []uint64 // this stream's heartbeats not yet known acknowledged, oldest first
+	var sentAt []time.Time
 	for {
 		s.mu.Lock()
+		for len(sent) > 0 { // an ack of id acknowledges every id below it
+			if _, ok := s.hbSent[sent[0]]; ok {
+				break
+			}
+			sent, sentAt = sent[1:], sentAt[1:]
+		}
+		if len(sent) > 0 && time.Since(sentAt[0]) >= every {
+			s.mu.Unlock()
+			return errNotRenewed
+		}
 		_, unacked := s.hbSent[lastID]
 		due := last.IsZero() || time.Since(last) >= every || unacked && time.Since(last) >= retry
 		var id uint64
@@ -267,6 +298,7 @@ func (s *session) heartbeat(ctx context.Context, st pb.Locks_SessionClient) erro
 			s.hbNext++
 			id = s.hbNext
 			s.hbSent[id] = time.Now()
+			sent, sentAt = append(sent, id), append(sentAt, s.hbSent[id])
 		}
 		s.mu.Unlock()
 		if due {
