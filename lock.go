@@ -146,6 +146,7 @@ func (l *Lock) Release(ctx context.Context) error {
 			l.s.mu.Unlock()
 			l.cancel(l.relErr)
 			l.s.forget(l.r)
+			l.s.endIfNotOpen(err)
 			return
 		}
 		if err != nil {

@@ -96,6 +96,7 @@ func (c *Client) acquire(ctx, parent context.Context, name string, opts Options)
 			return nil, s.abort(ctx, r)
 		}
 		s.forget(r)
+		s.endIfNotOpen(err)
 		return nil, err
 	}
 	c.seen(resp.Index)
@@ -135,6 +136,7 @@ func (s *session) abort(ctx context.Context, r *request) error {
 		}
 		return err
 	})
+	s.endIfNotOpen(err)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err != nil && !errors.Is(err, ErrSessionClosed) {
@@ -171,6 +173,18 @@ func (s *session) abortAbandoned(r *request, reason string) {
 	})
 	if err == nil {
 		s.forget(r)
+	}
+	s.endIfNotOpen(err)
+}
+
+// endIfNotOpen ends the session here when the cluster answered that it is
+// not open (expired or closed there): no request can succeed in it any
+// more, and the next call opens a new session instead of failing in this
+// one until the stream or jeopardy notices (docs/chaos.md, finding 4).
+func (s *session) endIfNotOpen(err error) {
+	var e *Error
+	if errors.As(err, &e) && e.Reason == pb.ErrorReason_SESSION_CLOSED {
+		s.end(fmt.Errorf("%w: the cluster answered: %s", ErrSessionLost, e.Message))
 	}
 }
 
