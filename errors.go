@@ -38,15 +38,29 @@ var (
 )
 
 // Causes of a lost lock (the cause of its context) or of an abort.
+//
+// ErrStolen and ErrSessionLost are AbortErrors: errors.Is(err, ErrAborted)
+// holds for both, as the spec rejects the old holder's released promise
+// with an AbortError when its lock is stolen or its agent ends.
 var (
-	// ErrStolen: another request took the lock with Steal.
-	ErrStolen = errors.New("lockcluster: lock stolen")
+	// ErrStolen: another request took the lock with Steal. It matches
+	// ErrAborted.
+	ErrStolen error = &abortCause{"lockcluster: AbortError: lock stolen"}
 	// ErrSessionLost: the session ended (expired, closed) or the client
-	// went a whole TTL without an acknowledged heartbeat (jeopardy).
-	ErrSessionLost = errors.New("lockcluster: session lost")
+	// went a whole TTL without an acknowledged heartbeat (jeopardy). It
+	// matches ErrAborted.
+	ErrSessionLost error = &abortCause{"lockcluster: AbortError: session lost"}
 	// ErrReleased: the lock was released by its holder.
 	ErrReleased = errors.New("lockcluster: lock released")
 )
+
+// abortCause is a cause that is itself an AbortError.
+type abortCause struct{ msg string }
+
+func (e *abortCause) Error() string { return e.msg }
+
+// Is makes the cause match ErrAborted.
+func (e *abortCause) Is(target error) bool { return target == ErrAborted }
 
 // Error is an error answered by the cluster: the Web Locks error name, the
 // gRPC code and the server's message. It matches one of the sentinels.
