@@ -12,9 +12,11 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/status"
 
 	pb "github.com/lockcluster/lockcluster/api/lockclusterv1"
 )
@@ -138,6 +140,17 @@ func Dial(ctx context.Context, endpoints []string, opts ...Option) (*Client, err
 	return c, nil
 }
 
+// closedErr is the error of every call on a closed Client (nil while it
+// is open): InvalidStateError, as a closed agent's calls get.
+func (c *Client) closedErr() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return fmt.Errorf("%w: the client is closed", ErrSessionClosed)
+	}
+	return nil
+}
+
 // Namespace is the client's namespace.
 func (c *Client) Namespace() string { return c.cfg.namespace }
 
@@ -200,6 +213,12 @@ func (c *Client) call(ctx context.Context, f func(context.Context, pb.LocksClien
 		cancel()
 		if err == nil {
 			return nil
+		}
+		if status.Code(err) == codes.Canceled && ctx.Err() == nil {
+			// Not the caller's cancel: Close closed the connections.
+			if cerr := c.closedErr(); cerr != nil {
+				return cerr
+			}
 		}
 		if !retryable(err) && !timedOut {
 			if ctx.Err() != nil {
