@@ -21,10 +21,13 @@ const (
 )
 
 func (m Mode) String() string {
-	if m == Shared {
+	switch m {
+	case Exclusive:
+		return "exclusive"
+	case Shared:
 		return "shared"
 	}
-	return "exclusive"
+	return fmt.Sprintf("Mode(%d)", int(m))
 }
 
 // Options are the spec's LockOptions. The request's context is its
@@ -42,6 +45,11 @@ type Options struct {
 	// all at once: the lock is granted when every name can be granted,
 	// and never holds some of them while waiting for others.
 	Scope []string
+	// OnQueued, if set, is called once, on the caller's goroutine, when
+	// the cluster has queued the request instead of granting it at once
+	// (say, to log who holds the lock with Query). The browser's API has
+	// no such hook.
+	OnQueued func()
 }
 
 // Lock is a held lock.
@@ -67,6 +75,10 @@ func (l *Lock) Names() []string { return append([]string(nil), l.names...) }
 
 // Mode is the lock's mode.
 func (l *Lock) Mode() Mode { return l.mode }
+
+// RequestID is the id of the request that the lock was granted to, unique
+// within the session: LockInfo.RequestID in Query.
+func (l *Lock) RequestID() uint64 { return l.r.id }
 
 // Token is the lock's fencing token: the Raft index of the entry that
 // granted it. Tokens of a name only grow.
@@ -94,6 +106,19 @@ func (l *Lock) Done() <-chan struct{} { return l.ctx.Done() }
 // Err is nil while the lock is held, then why it ended. It checks the
 // jeopardy deadline first (see Context).
 func (l *Lock) Err() error { return context.Cause(l.ctx) }
+
+// lostCause is why the lock was lost (stolen, its session lost), or nil
+// while it is held or after its holder released it. It checks the
+// jeopardy deadline first.
+func (l *Lock) lostCause() error {
+	l.s.checkJeopardy()
+	l.s.mu.Lock()
+	defer l.s.mu.Unlock()
+	if l.lost == ErrReleased {
+		return nil
+	}
+	return l.lost
+}
 
 // lockCtx is a held lock's context: the cancel-cause context the client
 // ends, checked against the jeopardy deadline on every look. The context

@@ -17,11 +17,26 @@ import (
 // fails or panics. It returns fn's error.
 //
 // With IfAvailable, if the lock cannot be granted at once fn runs with a
-// nil *Lock (that is not an error). Cancelling ctx before the grant aborts
-// the request: Request returns an error matching ErrAborted and ctx's
-// cause. The ctx given to fn is cancelled when ctx is, or when the lock is
-// lost, with cause ErrStolen or ErrSessionLost (context.Cause).
+// nil *Lock (that is not an error; Acquire returns ErrNotAvailable
+// instead).
+//
+// ctx is the request's AbortSignal. Cancelling it before the grant aborts
+// the request: Request returns an error matching ErrAborted and ctx's cause
+// (context.Cause), and fn does not run. If ctx is done by the time the
+// grant reaches Request, the abort wins: fn does not run, the lock is
+// released at once, and Request returns the same AbortError.
+//
+// The ctx given to fn is the lock's context (Lock.Context): it is
+// cancelled when ctx is, or when the lock is lost, with cause ErrStolen or
+// ErrSessionLost. A lock lost while fn ran is the spec's rejected released
+// promise: Request returns an error matching ErrAborted and the cause,
+// even when fn returned nil (joined with fn's error when it did not).
+//
+// A nil fn or an unknown Mode is ErrInvalid, and nothing is sent.
 func (c *Client) Request(ctx context.Context, name string, opts Options, fn func(ctx context.Context, l *Lock) error) (err error) {
+	if fn == nil {
+		return &Error{Name: "TypeError", Code: codes.InvalidArgument, Reason: pb.ErrorReason_INVALID, Message: fmt.Sprintf("request for %q has a nil callback", name)}
+	}
 	l, err := c.acquire(ctx, ctx, name, opts)
 	if errors.Is(err, errNotAvailable) {
 		return fn(ctx, nil)
@@ -30,13 +45,19 @@ func (c *Client) Request(ctx context.Context, name string, opts Options, fn func
 		return err
 	}
 	defer func() {
+		lost := l.lostCause() // before the release, which ends the lock
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
 		rerr := l.Release(rctx)
 		if p := recover(); p != nil {
 			panic(p)
 		}
-		if err == nil && rerr != nil {
+		switch {
+		case lost != nil && err == nil:
+			err = lost
+		case lost != nil && !errors.Is(err, lost):
+			err = errors.Join(err, lost)
+		case err == nil && rerr != nil:
 			err = fmt.Errorf("releasing lock %q: %w", name, rerr)
 		}
 	}()
@@ -46,7 +67,9 @@ func (c *Client) Request(ctx context.Context, name string, opts Options, fn func
 // Acquire waits for the lock and returns it; the caller must Release it.
 // With IfAvailable it returns ErrNotAvailable if the lock cannot be granted
 // at once. The Lock's context is independent of ctx, which only bounds the
-// wait (cancelling it before the grant aborts the request).
+// wait: cancelling it before the grant aborts the request, and if ctx is
+// done by the time the grant arrives the lock is released at once and
+// Acquire returns an error matching ErrAborted, never a lock.
 func (c *Client) Acquire(ctx context.Context, name string, opts Options) (*Lock, error) {
 	return c.acquire(ctx, context.Background(), name, opts)
 }
@@ -59,6 +82,9 @@ func aborted(cause error) error {
 }
 
 func (c *Client) acquire(ctx, parent context.Context, name string, opts Options) (*Lock, error) {
+	if opts.Mode != Exclusive && opts.Mode != Shared { // a TypeError at the IDL boundary
+		return nil, &Error{Name: "TypeError", Code: codes.InvalidArgument, Reason: pb.ErrorReason_INVALID, Message: fmt.Sprintf("mode %s of request for %q is neither Exclusive nor Shared", opts.Mode, name)}
+	}
 	if ctx.Err() != nil { // spec §3.2.1 step 9: nothing is sent
 		return nil, aborted(context.Cause(ctx))
 	}
@@ -104,8 +130,22 @@ func (c *Client) acquire(ctx, parent context.Context, name string, opts Options)
 	r.known = max(r.known, resp.Index)
 	s.apply(r, resp.Status, resp.Token, resp.AcquiredAt.AsTime(), resp.Cause, resp.Reason)
 	s.mu.Unlock()
+	if resp.Status == pb.Status_STATUS_QUEUED && opts.OnQueued != nil {
+		opts.OnQueued()
+	}
 	select {
 	case o := <-r.done:
+		// The grant runs the caller's code only if ctx is still live now:
+		// an abort that raced the grant wins, whichever select case Go
+		// picked (spec: the abort steps; SPEC §6).
+		if ctx.Err() != nil {
+			switch {
+			case o.err == nil: // granted: released at once by the abort
+				return nil, s.abort(ctx, r)
+			case errors.Is(o.err, errNotAvailable): // nothing to undo
+				return nil, aborted(context.Cause(ctx))
+			}
+		}
 		return s.result(r, o)
 	case <-ctx.Done():
 		return nil, s.abort(ctx, r)
@@ -210,7 +250,13 @@ type Snapshot struct {
 
 // Query returns a linearizable snapshot of the namespace's held and pending
 // locks: held in grant order, pending queue by queue.
+//
+// On a closed Client it fails with an error matching ErrSessionClosed, as
+// every method of a closed Client does.
 func (c *Client) Query(ctx context.Context) (Snapshot, error) {
+	if err := c.closedErr(); err != nil {
+		return Snapshot{}, err
+	}
 	var resp *pb.QueryResponse
 	err := c.call(ctx, func(ctx context.Context, lc pb.LocksClient) error {
 		var err error
@@ -245,4 +291,15 @@ func (c *Client) SessionID() uint64 {
 		return 0
 	}
 	return s.id
+}
+
+// ClientID is the client id of the client's current session, as Query
+// shows it in LockInfo.ClientID ("" if it has no session). A new session
+// (after the last one was lost) has a new client id.
+func (c *Client) ClientID() string {
+	s, _ := c.live()
+	if s == nil {
+		return ""
+	}
+	return s.clientID
 }
