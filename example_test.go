@@ -95,3 +95,64 @@ func ExampleClient_Request_timeout() {
 	fmt.Println(errors.Is(err, lockcluster.ErrAborted), errors.Is(err, context.DeadlineExceeded))
 	// Output: true true
 }
+
+// Abort a queued request: cancelling its context (here with a cause, as
+// soon as OnQueued says the request waits) removes it from the queue.
+// Request fails with ErrAborted and the cause, and the callback never runs.
+func ExampleClient_Request_abort() {
+	ctx := context.Background()
+	a, _ := lockcluster.Dial(ctx, endpoints(), lockcluster.WithNamespace("example"))
+	defer a.Close(ctx)
+	b, _ := lockcluster.Dial(ctx, endpoints(), lockcluster.WithNamespace("example"))
+	defer b.Close(ctx)
+
+	held, _ := a.Acquire(ctx, "queue", lockcluster.Options{})
+	defer held.Release(ctx)
+	errGaveUp := errors.New("gave up")
+	wait, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	opts := lockcluster.Options{OnQueued: func() {
+		fmt.Println("queued behind the holder")
+		cancel(errGaveUp)
+	}}
+	err := b.Request(wait, "queue", opts, func(context.Context, *lockcluster.Lock) error {
+		fmt.Println("never runs")
+		return nil
+	})
+	fmt.Println(errors.Is(err, lockcluster.ErrAborted), errors.Is(err, errGaveUp))
+	// Output:
+	// queued behind the holder
+	// true true
+}
+
+// Steal a lock: the stealer is granted it at once, ahead of any queue. The
+// old holder's context is cancelled with ErrStolen, and its Request fails
+// with an AbortError (errors.Is(err, ErrAborted)) even though its callback
+// returned nil: its work under the lock may be incomplete.
+func ExampleOptions_steal() {
+	ctx := context.Background()
+	a, _ := lockcluster.Dial(ctx, endpoints(), lockcluster.WithNamespace("example"))
+	defer a.Close(ctx)
+	b, _ := lockcluster.Dial(ctx, endpoints(), lockcluster.WithNamespace("example"))
+	defer b.Close(ctx)
+
+	holding := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- a.Request(ctx, "printer", lockcluster.Options{}, func(ctx context.Context, l *lockcluster.Lock) error {
+			close(holding)
+			<-ctx.Done() // the lock is gone: stop using the printer
+			return nil
+		})
+	}()
+	<-holding
+	b.Request(ctx, "printer", lockcluster.Options{Steal: true}, func(ctx context.Context, l *lockcluster.Lock) error {
+		fmt.Println("the stealer holds", l.Name())
+		return nil
+	})
+	err := <-done
+	fmt.Println("old holder stolen:", errors.Is(err, lockcluster.ErrStolen), "aborted:", errors.Is(err, lockcluster.ErrAborted))
+	// Output:
+	// the stealer holds printer
+	// old holder stolen: true aborted: true
+}
