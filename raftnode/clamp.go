@@ -64,6 +64,7 @@ func newClampTransport(inner raft.Transport, fenced func() bool) *clampTransport
 		out:       make(chan raft.RPC),
 		done:      make(chan struct{}),
 		fenced:    fenced,
+		off:       !workarounds.clampCommit,
 	}
 	go t.relay(inner.Consumer())
 	return t

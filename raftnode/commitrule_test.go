@@ -81,23 +81,25 @@ func (rawSnapshot) Release() {}
 // from one. fake is a newer leader (term 3) that talks to it through a real
 // NetworkTransport.
 type staleFollower struct {
-	t    *testing.T
-	node *Node
-	fsm  *historyFSM
-	fake *raft.NetworkTransport
-	k, n uint64
-	conf raft.Configuration
+	t     *testing.T
+	node  *Node
+	fsm   *historyFSM
+	fake  *raft.NetworkTransport
+	k, n  uint64
+	conf  raft.Configuration
+	votes chan any // vote requests the fake leader received
 }
 
 const fakeLeaderTerm = 3
 
-func newStaleFollower(t *testing.T, k, n uint64) *staleFollower {
+func newStaleFollower(t *testing.T, k, n uint64, configure ...func(*Config)) *staleFollower {
 	t.Helper()
 	dir := t.TempDir()
 	fake, err := raft.NewTCPTransport("127.0.0.1:0", nil, 2, 5*time.Second, io.Discard)
 	if err != nil {
 		t.Fatalf("fake leader transport: %v", err)
 	}
+	votes := make(chan any, 16)
 	done := make(chan struct{})
 	t.Cleanup(func() {
 		close(done)
@@ -108,6 +110,10 @@ func newStaleFollower(t *testing.T, k, n uint64) *staleFollower {
 		for {
 			select {
 			case rpc := <-fake.Consumer():
+				select {
+				case votes <- rpc.Command:
+				default:
+				}
 				rpc.Respond(nil, fmt.Errorf("fake leader: not voting"))
 			case <-done:
 				return
@@ -139,17 +145,21 @@ func newStaleFollower(t *testing.T, k, n uint64) *staleFollower {
 	store.Close()
 
 	f := &historyFSM{}
-	node, err := New(Config{
+	cfg := Config{
 		ID: "f", DataDir: dir, BindAddr: "127.0.0.1:0", Logger: testLogger(t, "f"),
 		// It must not stand for election during the test: only the fake
 		// leader moves it.
 		HeartbeatTimeout: time.Hour, ElectionTimeout: time.Hour,
-	}, f)
+	}
+	for _, c := range configure {
+		c(&cfg)
+	}
+	node, err := New(cfg, f)
 	if err != nil {
 		t.Fatalf("start node: %v", err)
 	}
 	t.Cleanup(func() { node.Shutdown(ctxTimeout(t, 10*time.Second)) })
-	return &staleFollower{t: t, node: node, fsm: f, fake: fake, k: k, n: n, conf: conf}
+	return &staleFollower{t: t, node: node, fsm: f, fake: fake, k: k, n: n, conf: conf, votes: votes}
 }
 
 // appendEntries sends one AppendEntries from the fake leader and returns
@@ -312,4 +322,22 @@ func TestInstallSnapshotRemovesStaleEntries(t *testing.T) {
 			t.Fatal("expected raft v1.7.3 to keep the old entries of a non-monotonic store")
 		}
 	})
+}
+
+// raft turns pre-vote off silently when its transport does not implement
+// raft.WithPreVote (api.go, NewRaft); the clamping wrapper must keep it on:
+// the node's first election request is a pre-vote.
+func TestPreVoteStaysOnBehindTheClamp(t *testing.T) {
+	s := newStaleFollower(t, 2, 0, func(c *Config) {
+		c.HeartbeatTimeout, c.ElectionTimeout = 50*time.Millisecond, 50*time.Millisecond
+		c.LeaderLeaseTimeout = 50 * time.Millisecond
+	})
+	select {
+	case cmd := <-s.votes:
+		if _, ok := cmd.(*raft.RequestPreVoteRequest); !ok {
+			t.Fatalf("the node's first election request is a %T, want a pre-vote", cmd)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the node never asked for a vote")
+	}
 }

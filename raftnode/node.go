@@ -122,7 +122,6 @@ func (n *Node) open(fsm raft.FSM) error {
 		return fmt.Errorf("raftnode: reading raft state: %w", err)
 	}
 	n.clamp = newClampTransport(n.transport, n.fenced)
-	n.clamp.off = !workarounds.clampCommit
 	// Bootstrap writes the first configuration into the stores before raft
 	// starts consuming RPCs. Bootstrapping after NewRaft (Raft.BootstrapCluster)
 	// lost a race: a peer that bootstrapped first could reach this node's
