@@ -157,3 +157,37 @@ func pausedHolderMain(addrs string) int {
 	}
 	return 0
 }
+
+// A request made with a held lock's context (a lock taken inside another's
+// callback, in the same session) is granted while the client holds its
+// session's state lock, and deriving its lock's context looks at the outer
+// lock's context there: that look must not wait for the same lock. Checked
+// on the first version of the jeopardy check (it took the session's mutex
+// on every look): this test hung.
+func TestNestedRequestUnderALocksContext(t *testing.T) {
+	c := shared(t)
+	cl := dial(t, c)
+	ctx := ctxT(t)
+	done := make(chan error, 1)
+	go func() {
+		done <- cl.Request(ctx, t.Name()+"/outer", lockcluster.Options{}, func(ctx context.Context, outer *lockcluster.Lock) error {
+			return cl.Request(ctx, t.Name()+"/inner", lockcluster.Options{}, func(ctx context.Context, inner *lockcluster.Lock) error {
+				if inner.Err() != nil || outer.Err() != nil {
+					return fmt.Errorf("nested locks lost: %v, %v", inner.Err(), outer.Err())
+				}
+				return nil
+			})
+		})
+	}()
+	c.WaitFor(15*time.Second, "the nested requests to finish", func() bool {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+			return true
+		default:
+			return false
+		}
+	})
+}

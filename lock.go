@@ -123,25 +123,38 @@ func (l *Lock) lostCause() error {
 // lockCtx is a held lock's context: the cancel-cause context the client
 // ends, checked against the jeopardy deadline on every look. The context
 // contract allows Err to report the end before a goroutine would have:
-// checkJeopardy cancels the inner context (closing Done) before Err
-// returns non-nil.
+// check cancels the inner context (closing Done) before Err returns
+// non-nil.
+//
+// A look may come while the session's lock is held (a request whose
+// context derives from a lock's is granted under it), so check takes no
+// lock: it cancels this lock's context at once and leaves ending the rest
+// of the session to a goroutine.
 type lockCtx struct {
 	context.Context
-	s *session
+	s      *session
+	cancel context.CancelCauseFunc
+}
+
+func (c *lockCtx) check() {
+	if c.s.overdue() {
+		c.cancel(c.s.jeopardyErr)
+		go c.s.jeopardy()
+	}
 }
 
 func (c *lockCtx) Done() <-chan struct{} {
-	c.s.checkJeopardy()
+	c.check()
 	return c.Context.Done()
 }
 
 func (c *lockCtx) Err() error {
-	c.s.checkJeopardy()
+	c.check()
 	return c.Context.Err()
 }
 
 func (c *lockCtx) Value(key any) any {
-	c.s.checkJeopardy()
+	c.check()
 	return c.Context.Value(key)
 }
 
@@ -227,7 +240,7 @@ func (r *request) finish(o outcome) {
 		l := &Lock{s: r.s, r: r, names: r.names, mode: r.mode, token: o.token, acquiredAt: o.acquiredAt}
 		var inner context.Context
 		inner, l.cancel = context.WithCancelCause(r.parent)
-		l.ctx = &lockCtx{Context: inner, s: r.s}
+		l.ctx = &lockCtx{Context: inner, s: r.s, cancel: l.cancel}
 		r.lock = l
 	}
 	r.done <- o

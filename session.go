@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -23,12 +24,18 @@ type session struct {
 	ttl      time.Duration
 	ctx      context.Context // ends with the session
 	cancel   context.CancelCauseFunc
+	// jeopardyErr is the cause of a jeopardy end.
+	jeopardyErr error
 
 	mu        sync.Mutex
 	nextID    uint64
 	reqs      map[uint64]*request // outstanding: pending, held, or abandoned
 	lastSeq   uint64              // the last event seq applied
 	lastAcked time.Time           // send time of the last acknowledged heartbeat
+	// deadline is the jeopardy deadline, lastAcked + ttl, as monotonic
+	// nanoseconds since monoBase: read without s.mu by every look at a
+	// lock's context, which may come while s.mu is held.
+	deadline  atomic.Int64
 	hbSent    map[uint64]time.Time
 	hbNext    uint64
 	connected bool
@@ -58,6 +65,8 @@ func (c *Client) session(ctx context.Context) (*session, error) {
 	s := &session{c: c, id: resp.SessionId, clientID: resp.ClientId, ttl: resp.Ttl.AsDuration(), nextID: 1,
 		reqs: map[uint64]*request{}, lastAcked: sent, hbSent: map[uint64]time.Time{}}
 	s.ctx, s.cancel = context.WithCancelCause(context.Background())
+	s.jeopardyErr = fmt.Errorf("%w: no heartbeat acknowledged for a whole TTL (%s)", ErrSessionLost, s.ttl)
+	s.setDeadline(sent)
 	c.mu.Lock()
 	if resp.Index > c.maxIndex {
 		c.maxIndex = resp.Index
@@ -121,30 +130,40 @@ func (s *session) end(cause error) bool {
 	return true
 }
 
-// checkJeopardy ends the session if its jeopardy deadline has passed, at
-// once, on the caller's goroutine (the watch timer may not have run yet:
-// the process may have just resumed from a pause). It reports whether the
-// session has ended.
-func (s *session) checkJeopardy() bool {
-	if s.ctx.Err() != nil {
-		return true
-	}
+// monoBase is the origin of the sessions' deadlines: only its monotonic
+// clock reading is used.
+var monoBase = time.Now()
+
+// setDeadline sets the jeopardy deadline from the send time of the last
+// acknowledged heartbeat. Called with s.mu held, or before s is shared.
+func (s *session) setDeadline(acked time.Time) {
+	s.deadline.Store(int64(acked.Add(s.ttl).Sub(monoBase)))
+}
+
+// overdue says whether the session is live and its jeopardy deadline has
+// passed. It takes no lock.
+func (s *session) overdue() bool {
 	if s.ttl <= 0 { // a session of a unit test, without heartbeats
 		return false
 	}
-	s.mu.Lock()
-	late := !time.Now().Before(s.lastAcked.Add(s.ttl))
-	s.mu.Unlock()
-	if late {
+	return s.ctx.Err() == nil && int64(time.Since(monoBase)) >= s.deadline.Load()
+}
+
+// checkJeopardy ends the session if its jeopardy deadline has passed, at
+// once, on the caller's goroutine (the watch timer may not have run yet:
+// the process may have just resumed from a pause). It reports whether the
+// session has ended. It takes s.mu: never call it with s.mu held.
+func (s *session) checkJeopardy() bool {
+	if s.overdue() {
 		s.jeopardy()
 	}
-	return late
+	return s.ctx.Err() != nil
 }
 
 // jeopardy ends the session because no heartbeat was acknowledged for a
 // whole TTL, and closes it on the cluster if it can still be reached.
 func (s *session) jeopardy() {
-	if s.end(fmt.Errorf("%w: no heartbeat acknowledged for a whole TTL (%s)", ErrSessionLost, s.ttl)) {
+	if s.end(s.jeopardyErr) {
 		go s.c.closeQuietly(s.id)
 	}
 }
@@ -321,6 +340,7 @@ func (s *session) acked(id uint64) {
 	if sent, ok := s.hbSent[id]; ok {
 		if sent.After(s.lastAcked) {
 			s.lastAcked = sent
+			s.setDeadline(sent)
 		}
 		for k := range s.hbSent {
 			if k <= id {
