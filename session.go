@@ -200,13 +200,25 @@ func (s *session) watch() {
 // run keeps a session stream open, to one endpoint after another, for as
 // long as the session lives.
 func (s *session) run() {
-	backoff := 20 * time.Millisecond
+	const minBackoff = 20 * time.Millisecond
+	backoff := minBackoff
 	for s.ctx.Err() == nil {
 		cc, i := s.c.conn()
+		s.mu.Lock()
+		acked := s.lastAcked
+		s.mu.Unlock()
 		err := s.stream(pb.NewLocksClient(cc))
 		if s.ctx.Err() != nil {
 			return
 		}
+		s.mu.Lock()
+		if s.lastAcked.After(acked) {
+			// The stream renewed the session: the next failure is news,
+			// not the same outage (streams now end whenever their node
+			// cannot renew the session, so every election ends some).
+			backoff = minBackoff
+		}
+		s.mu.Unlock()
 		if st, ok := status.FromError(err); ok && st.Code() == codes.FailedPrecondition {
 			s.end(fmt.Errorf("%w: %s", ErrSessionLost, st.Message()))
 			return
