@@ -79,9 +79,13 @@ func TestPausedHolderSeesLossFirst(t *testing.T) {
 		if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 			t.Fatal(err)
 		}
-		// Paused until the cluster has expired the holder's session: its
-		// lock is free for anyone else now.
+		stopped := time.Now()
+		// Paused past its TTL and until the cluster has expired the
+		// holder's session: its lock is free for anyone else now.
 		c.WaitFor(15*time.Second, "the paused holder's session to expire", func() bool {
+			if time.Since(stopped) <= pausedTTL {
+				return false
+			}
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			defer cancel()
 			q, err := observer.Query(ctx)
@@ -127,8 +131,8 @@ func pausedHolderMain(addrs string) int {
 		start := time.Now()
 		for prev := start; ; {
 			now := time.Now()
-			if now.Sub(prev) > pausedTTL/2 {
-				break // resumed after a pause: look first thing
+			if now.Sub(prev) > pausedTTL*9/10 {
+				break // resumed after a pause (of more than the TTL): look first thing
 			}
 			if now.Sub(start) > time.Minute {
 				fmt.Fprintln(os.Stderr, "paused holder: never paused")

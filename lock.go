@@ -138,8 +138,12 @@ type lockCtx struct {
 
 func (c *lockCtx) check() {
 	if c.s.overdue() {
+		// Also when the session has ended or is ending: its end may not
+		// have reached this lock yet (end cancels the session first).
 		c.cancel(c.s.jeopardyErr)
-		go c.s.jeopardy()
+		if c.s.ctx.Err() == nil {
+			go c.s.jeopardy()
+		}
 	}
 }
 

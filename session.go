@@ -140,13 +140,13 @@ func (s *session) setDeadline(acked time.Time) {
 	s.deadline.Store(int64(acked.Add(s.ttl).Sub(monoBase)))
 }
 
-// overdue says whether the session is live and its jeopardy deadline has
-// passed. It takes no lock.
+// overdue says whether the session's jeopardy deadline has passed (the
+// session may have ended meanwhile, or be ending). It takes no lock.
 func (s *session) overdue() bool {
 	if s.ttl <= 0 { // a session of a unit test, without heartbeats
 		return false
 	}
-	return s.ctx.Err() == nil && int64(time.Since(monoBase)) >= s.deadline.Load()
+	return int64(time.Since(monoBase)) >= s.deadline.Load()
 }
 
 // checkJeopardy ends the session if its jeopardy deadline has passed, at
@@ -155,7 +155,8 @@ func (s *session) overdue() bool {
 // session has ended. It takes s.mu: never call it with s.mu held.
 func (s *session) checkJeopardy() bool {
 	if s.overdue() {
-		s.jeopardy()
+		s.jeopardy() // waits for an end under way elsewhere to finish
+		return true
 	}
 	return s.ctx.Err() != nil
 }

@@ -84,7 +84,7 @@ func TestStreamMovesOffANodeThatCannotRenew(t *testing.T) {
 	c := shared(t)
 	addrs := c.Addrs()
 	tp := &streamTap{deaf: addrs[0]}
-	cl := dialAddrs(t, addrs, lockcluster.WithTTL(3*time.Second), lockcluster.WithDialOptions(grpc.WithStreamInterceptor(tp.intercept)))
+	cl := dialAddrs(t, addrs, lockcluster.WithTTL(6*time.Second), lockcluster.WithDialOptions(grpc.WithStreamInterceptor(tp.intercept)))
 	ctx := ctxT(t)
 	l, err := cl.Acquire(ctx, t.Name(), lockcluster.Options{})
 	if err != nil {
