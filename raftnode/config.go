@@ -22,6 +22,8 @@ const (
 	DefaultSnapshotThreshold  = 16384
 	DefaultSnapshotInterval   = 30 * time.Second
 	DefaultTrailingLogs       = 10240
+	DefaultCheckpointEntries  = 4096
+	DefaultCheckpointInterval = 5 * time.Second
 
 	// DefaultTimeout bounds Propose, ReadBarrier and membership calls whose
 	// context has no deadline.
@@ -98,6 +100,13 @@ type Config struct {
 	// (raft's default).
 	TrailingLogs uint64
 
+	// CheckpointEntries and CheckpointInterval: the leader proposes a
+	// checkpoint of its applied-entry hash after this many applied entries
+	// or this long, whichever comes first, when anything was applied since
+	// the last one (checkpoint.go). Defaults 4096 and 5s.
+	CheckpointEntries  uint64
+	CheckpointInterval time.Duration
+
 	// Logger receives all logs of the node, raft and its transport.
 	// Default: an hclog logger named "raftnode" writing to stderr.
 	Logger hclog.Logger
@@ -124,6 +133,10 @@ func (c Config) withDefaults() Config {
 	setDur(&c.LeaderLeaseTimeout, DefaultLeaderLeaseTimeout)
 	setDur(&c.CommitTimeout, DefaultCommitTimeout)
 	setDur(&c.SnapshotInterval, DefaultSnapshotInterval)
+	setDur(&c.CheckpointInterval, DefaultCheckpointInterval)
+	if c.CheckpointEntries == 0 {
+		c.CheckpointEntries = DefaultCheckpointEntries
+	}
 	if c.MaxAppendEntries == 0 {
 		c.MaxAppendEntries = DefaultMaxAppendEntries
 	}
@@ -180,7 +193,7 @@ func (c Config) Validate() error {
 	}{
 		{"HeartbeatTimeout", c.HeartbeatTimeout}, {"ElectionTimeout", c.ElectionTimeout},
 		{"LeaderLeaseTimeout", c.LeaderLeaseTimeout}, {"CommitTimeout", c.CommitTimeout},
-		{"SnapshotInterval", c.SnapshotInterval},
+		{"SnapshotInterval", c.SnapshotInterval}, {"CheckpointInterval", c.CheckpointInterval},
 	} {
 		if d.v < 0 {
 			return bad(d.name, d.v, "must not be negative")

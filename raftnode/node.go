@@ -43,6 +43,9 @@ type Node struct {
 	barrierSem  chan struct{} // single-flights the per-term barrier
 	barrierTerm atomic.Uint64 // the latest term whose barrier has been applied
 
+	diverged      atomic.Pointer[DivergedError] // set once, by a failed checkpoint (checkpoint.go)
+	checkpointsOK atomic.Uint64                 // checkpoints this node verified
+
 	closing      chan struct{} // closed when Shutdown starts
 	stopped      chan struct{} // closed once raft has stopped
 	shutdownOnce sync.Once
@@ -144,15 +147,19 @@ func (n *Node) open(fsm raft.FSM) error {
 		n.logger.Info("no raft state and no Bootstrap: waiting to be joined")
 	}
 
+	n.loadDiverged()
 	n.fsm = newTrackingFSM(fsm, n.logger)
+	n.fsm.onCheckpoint = n.checkpointed
+	n.fsm.chain.plant = plantDivergence(cfg.ID, n.logger)
 	// raft blocks on NotifyCh; watchLeadership drains it until raft stops.
 	notify := make(chan bool, 16)
 	n.raft, err = raft.NewRaft(cfg.raftConfig(notify), n.fsm, n.logs, store, snaps, n.clamp)
 	if err != nil {
 		return fmt.Errorf("raftnode: start raft: %w", err)
 	}
-	n.wg.Add(1)
+	n.wg.Add(2)
 	go n.watchLeadership(notify)
+	go n.runCheckpoints()
 
 	n.logger.Info("raft node started", "id", cfg.ID, "addr", n.transport.LocalAddr(),
 		"existing_state", hasState, "last_index", n.raft.LastIndex())
@@ -346,7 +353,3 @@ func (n *Node) otherVoters() int {
 	}
 	return count
 }
-
-// fenced reports whether this replica found that it diverged from the
-// cluster (see Diverged); the transport then refuses to stand for election.
-func (n *Node) fenced() bool { return false }
