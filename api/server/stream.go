@@ -19,7 +19,9 @@ import (
 // Synced with where every request of the session stands, and from then on
 // every event of the session in log order (events with seq up to the
 // Synced's are already reflected in it). Heartbeats are acknowledged once
-// the leader has renewed the session. A client that reconnects, to this
+// the leader has renewed the session; a node that knows no leader ends the
+// stream with Unavailable at the first heartbeat it cannot have renewed,
+// so that the client moves to another node. A client that reconnects, to this
 // node or another, attaches again and resynchronises: together with the
 // per-session event seq this delivers every outcome exactly once.
 func (s *Server) Session(stream pb.Locks_SessionServer) error {

@@ -18,7 +18,9 @@ import (
 // few calls per tick, not 100,000.
 
 // errNotLeading: neither this node nor a reachable leader could renew the
-// deadline; the heartbeat is not acknowledged and the client tries again.
+// deadline; the heartbeat is not acknowledged and the client tries again
+// (and moves to another node after TTL/3 without an ack). A node that
+// knows no leader at all ends the stream instead (stream.go).
 var errNotLeading = errors.New("no leader could renew the session")
 
 // touch renews session id: on the leader directly, elsewhere through the
