@@ -55,7 +55,7 @@
 // (ErrNotSupported: a name starting with "-", steal with ifAvailable or
 // shared mode), AbortError (ErrAborted), SecurityError (ErrPermission),
 // InvalidStateError (ErrSessionClosed: the session is closed or expired;
-// every method of a closed Client), TypeError (ErrInvalid: bad UTF-8, an
+// Acquire, Request and Query on a closed Client), TypeError (ErrInvalid: bad UTF-8, an
 // unknown mode, a nil callback), and, beyond the spec, ErrLimit and
 // ErrUnavailable.
 //

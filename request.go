@@ -252,7 +252,7 @@ type Snapshot struct {
 // locks: held in grant order, pending queue by queue.
 //
 // On a closed Client it fails with an error matching ErrSessionClosed, as
-// every method of a closed Client does.
+// Acquire and Request do.
 func (c *Client) Query(ctx context.Context) (Snapshot, error) {
 	if err := c.closedErr(); err != nil {
 		return Snapshot{}, err
