@@ -273,3 +273,34 @@ func TestOwnEntriesAndOnQueued(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A Query under way when Close closes the connections fails with
+// ErrSessionClosed too, not gRPC's Canceled ("the client connection is
+// closing"). Checked with the mapping in Client.call removed: the Query
+// returned "rpc error: code = Canceled".
+func TestQueryDuringCloseIsInvalidState(t *testing.T) {
+	c := shared(t)
+	inQuery, closed := make(chan struct{}), make(chan struct{})
+	holdQuery := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoke grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		if strings.HasSuffix(method, "/Query") {
+			close(inQuery)
+			<-closed
+		}
+		return invoke(ctx, method, req, reply, cc, opts...)
+	}
+	cl := dial(t, c, lockcluster.WithDialOptions(grpc.WithUnaryInterceptor(holdQuery)))
+	ctx := ctxT(t)
+	got := make(chan error, 1)
+	go func() {
+		_, err := cl.Query(ctx)
+		got <- err
+	}()
+	<-inQuery
+	if err := cl.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	close(closed)
+	if err := <-got; !errors.Is(err, lockcluster.ErrSessionClosed) {
+		t.Fatalf("Query during Close: %v; want ErrSessionClosed", err)
+	}
+}
