@@ -123,6 +123,19 @@ func (n *Node) Diverged() error {
 
 func (n *Node) fenced() bool { return n.diverged.Load() != nil }
 
+// Fenced returns a context that is done once this replica fenced itself
+// (its cause is the *DivergedError); it is never done otherwise.
+func (n *Node) Fenced() context.Context { return n.fencedCtx }
+
+// fence records d as the divergence, once; it reports whether d was the first.
+func (n *Node) fence(d *DivergedError) bool {
+	if !n.diverged.CompareAndSwap(nil, d) {
+		return false
+	}
+	n.fenceCancel(d)
+	return true
+}
+
 // AppliedHash returns the running hash of every applied entry: the last
 // index folded in and the value through it. known is false until this
 // node's chain starts (at the cluster's anchor entry, or a snapshot that
@@ -149,7 +162,7 @@ func (n *Node) loadDiverged() {
 	}
 	d := &DivergedError{}
 	fmt.Sscanf(string(b), "checkpoint=%d index=%d leader=%s local=%s", &d.Checkpoint, &d.Index, &d.Leader, &d.Local)
-	n.diverged.Store(d)
+	n.fence(d)
 	n.logger.Error("REPLICA FENCED: this data directory diverged from the cluster earlier; rebuild it from a healthy member (README, Operations)",
 		"file", filepath.Join(n.cfg.DataDir, divergedFile), "detail", d.Error())
 }
@@ -162,7 +175,7 @@ func (n *Node) checkpointed(at uint64, mismatch error) {
 		return
 	}
 	d := mismatch.(*DivergedError)
-	if !n.diverged.CompareAndSwap(nil, d) {
+	if !n.fence(d) {
 		return
 	}
 	n.logger.Error("REPLICA DIVERGED: fencing this node: it refuses every client request and stands for no election until rebuilt from a healthy member (README, Operations)",
@@ -246,3 +259,7 @@ func (n *Node) proposeCheckpoint(c checkpoint) error {
 	f := n.raft.ApplyLog(raft.Log{Extensions: c.encode()}, DefaultTimeout)
 	return f.Error()
 }
+
+// CheckpointsVerified counts the checkpoints this node compared with its
+// own chain and found equal.
+func (n *Node) CheckpointsVerified() uint64 { return n.checkpointsOK.Load() }

@@ -7,7 +7,8 @@
 //
 //   - Storage: DataDir/raft.db, a bolt log and stable store
 //     (raft-boltdb/v2, fsync on every append) behind a 512-entry
-//     raft.LogCache, and DataDir/snapshots (two retained).
+//     raft.LogCache, DataDir/snapshots (two retained), and DataDir/DIVERGED
+//     once the replica fenced itself.
 //   - Transport: raft's NetworkTransport over TCP, or over a caller's
 //     raft.StreamLayer (TLS), optionally dialling through a
 //     raft.ServerAddressProvider (fault-injecting proxies in chaos tests).
@@ -25,6 +26,11 @@
 //   - Membership: Join, Leave, Members, leadership transfer, snapshots.
 //   - Leadership notifications: SubscribeLeadership, level-triggered and
 //     latest-wins, for any number of consumers.
+//   - Safety beyond the library (DESIGN.md): the paper's follower commit
+//     rule (a transport wrapper clamps LeaderCommitIndex), a monotonic log
+//     store, a running hash of every applied entry carried in snapshots
+//     (AppliedHash, HashAt), and leader checkpoints of that hash that
+//     fence a diverged replica (Diverged).
 //
 // Everything logs through the hclog.Logger in Config.
 //

@@ -44,7 +44,9 @@ type Node struct {
 	barrierTerm atomic.Uint64 // the latest term whose barrier has been applied
 
 	diverged      atomic.Pointer[DivergedError] // set once, by a failed checkpoint (checkpoint.go)
-	checkpointsOK atomic.Uint64                 // checkpoints this node verified
+	fencedCtx     context.Context               // done when diverged is set
+	fenceCancel   context.CancelCauseFunc
+	checkpointsOK atomic.Uint64 // checkpoints this node verified
 
 	closing      chan struct{} // closed when Shutdown starts
 	stopped      chan struct{} // closed once raft has stopped
@@ -73,6 +75,7 @@ func New(cfg Config, fsm raft.FSM) (*Node, error) {
 		closing:    make(chan struct{}),
 		stopped:    make(chan struct{}),
 	}
+	n.fencedCtx, n.fenceCancel = context.WithCancelCause(context.Background())
 	if err := n.open(fsm); err != nil {
 		if n.raft != nil {
 			n.stopRaft()

@@ -233,21 +233,26 @@ const (
 	ErrorReason_OUTCOME_UNKNOWN ErrorReason = 8
 	// Unavailable: the node is shutting down. Safe to retry elsewhere.
 	ErrorReason_SHUTTING_DOWN ErrorReason = 9
+	// Unavailable: this replica's applied history differs from the leader's
+	// (a failed checkpoint) and it serves nothing until an operator rebuilds
+	// it. Safe to retry on another node.
+	ErrorReason_REPLICA_DIVERGED ErrorReason = 10
 )
 
 // Enum value maps for ErrorReason.
 var (
 	ErrorReason_name = map[int32]string{
-		0: "ERROR_REASON_UNSPECIFIED",
-		1: "NOT_SUPPORTED",
-		2: "INVALID",
-		3: "ABORTED",
-		4: "PERMISSION",
-		5: "SESSION_CLOSED",
-		6: "LIMIT",
-		7: "NOT_LEADER",
-		8: "OUTCOME_UNKNOWN",
-		9: "SHUTTING_DOWN",
+		0:  "ERROR_REASON_UNSPECIFIED",
+		1:  "NOT_SUPPORTED",
+		2:  "INVALID",
+		3:  "ABORTED",
+		4:  "PERMISSION",
+		5:  "SESSION_CLOSED",
+		6:  "LIMIT",
+		7:  "NOT_LEADER",
+		8:  "OUTCOME_UNKNOWN",
+		9:  "SHUTTING_DOWN",
+		10: "REPLICA_DIVERGED",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED": 0,
@@ -260,6 +265,7 @@ var (
 		"NOT_LEADER":               7,
 		"OUTCOME_UNKNOWN":          8,
 		"SHUTTING_DOWN":            9,
+		"REPLICA_DIVERGED":         10,
 	}
 )
 
@@ -2746,7 +2752,7 @@ const file_lockcluster_proto_rawDesc = "" +
 	"\rCAUSE_ABORTED\x10\x01\x12\x10\n" +
 	"\fCAUSE_STOLEN\x10\x02\x12\x18\n" +
 	"\x14CAUSE_SESSION_CLOSED\x10\x03\x12\x19\n" +
-	"\x15CAUSE_SESSION_EXPIRED\x10\x04*\xbf\x01\n" +
+	"\x15CAUSE_SESSION_EXPIRED\x10\x04*\xd5\x01\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rNOT_SUPPORTED\x10\x01\x12\v\n" +
@@ -2759,7 +2765,9 @@ const file_lockcluster_proto_rawDesc = "" +
 	"\n" +
 	"NOT_LEADER\x10\a\x12\x13\n" +
 	"\x0fOUTCOME_UNKNOWN\x10\b\x12\x11\n" +
-	"\rSHUTTING_DOWN\x10\t2\x9f\x04\n" +
+	"\rSHUTTING_DOWN\x10\t\x12\x14\n" +
+	"\x10REPLICA_DIVERGED\x10\n" +
+	"2\x9f\x04\n" +
 	"\x05Locks\x12V\n" +
 	"\vOpenSession\x12\".lockcluster.v1.OpenSessionRequest\x1a#.lockcluster.v1.OpenSessionResponse\x12Y\n" +
 	"\fCloseSession\x12#.lockcluster.v1.CloseSessionRequest\x1a$.lockcluster.v1.CloseSessionResponse\x12E\n" +

@@ -101,3 +101,43 @@ func (m *Metrics) Applied(index uint64, ap fsm.Applied) {
 	m.rec.applied(ap)
 	m.latency.applied(ap)
 }
+
+// Replica is what the replica metrics read from the node's Raft member.
+type Replica interface {
+	Diverged() error
+	CheckpointsVerified() uint64
+	AppliedHash() (index uint64, hash [32]byte, known bool)
+}
+
+// Replica registers the replica's health: lockcluster_replica_diverged (1
+// once a checkpoint showed this node's applied history differs from the
+// leader's: it then serves nothing), lockcluster_checkpoints_verified_total
+// and lockcluster_applied_hash_index (the last entry in the applied-entry
+// hash chain).
+func (m *Metrics) Replica(r Replica) {
+	m.reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "lockcluster_replica_diverged",
+			Help: "1 when this replica found, at a checkpoint, that its applied history differs from the leader's; it then refuses every client request.",
+		}, func() float64 {
+			if r.Diverged() != nil {
+				return 1
+			}
+			return 0
+		}),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "lockcluster_checkpoints_verified_total",
+			Help: "Checkpoints of the leader's applied-entry hash that this replica compared with its own and found equal.",
+		}, func() float64 { return float64(r.CheckpointsVerified()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "lockcluster_applied_hash_index",
+			Help: "The last log index folded into this replica's applied-entry hash (0 while its chain is not known).",
+		}, func() float64 {
+			i, _, known := r.AppliedHash()
+			if !known {
+				return 0
+			}
+			return float64(i)
+		}),
+	)
+}

@@ -161,7 +161,12 @@ func (n *Node) start() error {
 	// A pool of stream workers serves RPCs on reused goroutines instead of
 	// a new goroutine (and stack growth) per call: less CPU per request.
 	opts := append(n.metrics.ServerOptions(), grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))))
-	n.grpc = grpc.NewServer(append(opts, n.serverOptions...)...)
+	opts = append(opts, n.serverOptions...)
+	// After auth: a diverged replica answers nothing from its state.
+	opts = append(opts, grpc.ChainUnaryInterceptor(server.FenceUnary(n.raft.Diverged)),
+		grpc.ChainStreamInterceptor(server.FenceStream(n.raft.Diverged, n.raft.Fenced())))
+	n.grpc = grpc.NewServer(opts...)
+	n.metrics.Replica(n.raft)
 	n.srv.Register(n.grpc)
 	n.health = health.NewServer()
 	healthpb.RegisterHealthServer(n.grpc, n.health)
@@ -244,13 +249,13 @@ func (n *Node) join(ctx context.Context, self fsm.Member) {
 }
 
 // watchHealth reports SERVING through the gRPC health service while the
-// node has a leader.
+// node has a leader and has not fenced itself (a diverged replica).
 func (n *Node) watchHealth(ctx context.Context) {
 	tick := time.NewTicker(200 * time.Millisecond)
 	defer tick.Stop()
 	for {
 		st := healthpb.HealthCheckResponse_NOT_SERVING
-		if id, _ := n.raft.Leader(); id != "" {
+		if id, _ := n.raft.Leader(); id != "" && n.raft.Diverged() == nil {
 			st = healthpb.HealthCheckResponse_SERVING
 		}
 		n.health.SetServingStatus("", st)
@@ -275,6 +280,10 @@ func (n *Node) httpHandler() http.Handler {
 	mux.Handle("/", web.Handler(web.Options{NodeID: n.cfg.ID, Machine: n.machine, Raft: n.raft, Authorize: authorize}))
 	mux.HandleFunc("/livez", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		if err := n.raft.Diverged(); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
 		if id, _ := n.raft.Leader(); id == "" {
 			http.Error(w, "no leader", http.StatusServiceUnavailable)
 			return
