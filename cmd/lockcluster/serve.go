@@ -28,6 +28,8 @@ type serveConfig struct {
 	advGRPC, advRaft, advHTTP                 string
 	bootstrap, join, logLevel, raftDial       string
 	heartbeat, election, lease                time.Duration
+	checkpointEvery                           time.Duration
+	checkpointEntries                         int64
 	tls                                       secure.Files
 	maxMessage                                int64
 	pprof                                     bool
@@ -73,6 +75,8 @@ func (c *serveConfig) settings() []setting {
 		{key: "heartbeat-timeout", usage: "raft: a follower that hears no leader this long starts an election", dur: &c.heartbeat},
 		{key: "election-timeout", usage: "raft: a candidate that has not won this long tries again", dur: &c.election},
 		{key: "leader-lease-timeout", usage: "raft: a leader that cannot reach a quorum this long steps down", dur: &c.lease},
+		{key: "checkpoint-interval", usage: "the leader proposes a checkpoint of its applied-entry hash this often (a replica that differs fences itself)", dur: &c.checkpointEvery},
+		{key: "checkpoint-entries", usage: "...or after this many applied entries, whichever comes first", num: &c.checkpointEntries},
 		{key: "log-level", usage: "trace, debug, info, warn or error", str: &c.logLevel},
 		{key: "tls-cert", usage: "this node's certificate (PEM): serve the client API, raft and HTTP over TLS", str: &c.tls.Cert},
 		{key: "tls-key", usage: "this node's private key (PEM)", str: &c.tls.Key},
@@ -98,6 +102,7 @@ func defaultServeConfig() *serveConfig {
 	host, _ := os.Hostname()
 	return &serveConfig{id: host, dataDir: "lockcluster-data", grpcAddr: "127.0.0.1:7700", raftAddr: "127.0.0.1:7701", httpAddr: "127.0.0.1:7702",
 		heartbeat: 500 * time.Millisecond, election: 500 * time.Millisecond, lease: 500 * time.Millisecond, logLevel: "info",
+		checkpointEvery: raftnode.DefaultCheckpointInterval, checkpointEntries: raftnode.DefaultCheckpointEntries,
 		maxMessage: 4 << 20, sessionRate: 5000, sessionBurst: 10000, limits: defaultLimits()}
 }
 
@@ -207,6 +212,10 @@ func (c *serveConfig) run() error {
 		cfg.Bootstrap = nil
 	}
 	cfg.Raft.HeartbeatTimeout, cfg.Raft.ElectionTimeout, cfg.Raft.LeaderLeaseTimeout = c.heartbeat, c.election, c.lease
+	if c.checkpointEvery <= 0 || c.checkpointEntries <= 0 {
+		return &exitError{code: exitUsage, msg: fmt.Sprintf("--checkpoint-interval=%s --checkpoint-entries=%d: both must be positive", c.checkpointEvery, c.checkpointEntries)}
+	}
+	cfg.Raft.CheckpointInterval, cfg.Raft.CheckpointEntries = c.checkpointEvery, uint64(c.checkpointEntries)
 	if c.raftDial != "" {
 		dial, err := parsePeers(c.raftDial)
 		if err != nil {
