@@ -31,8 +31,9 @@ func (e *encoder) str(s string) {
 var errTruncated = errors.New("truncated")
 
 type decoder struct {
-	b   []byte
-	err error
+	b       []byte
+	err     error
+	version byte // of the envelope or snapshot being decoded, when it matters
 }
 
 func (d *decoder) fail(err error) {

@@ -55,6 +55,11 @@ type OpenSession struct {
 	// ClientID is the spec's clientId, stamped by the leader (random); when
 	// empty the session's id, in decimal, is used.
 	ClientID string
+	// SecretHash is the SHA-256 of the session's secret, which only the
+	// opening client learns (the secret itself never enters the log). Empty
+	// for sessions opened before secrets existed (entry envelope version 1):
+	// those accept any secret.
+	SecretHash string
 }
 
 // CloseSession ends a session at its client's request (spec §2.6).

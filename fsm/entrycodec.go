@@ -5,9 +5,9 @@ import (
 	"fmt"
 )
 
-// The entry envelope, version 1:
+// The entry envelope, version 2 (version 1 is still decoded):
 //
-//	byte    envelope version (1)
+//	byte    envelope version (2; 1 has no OpenSession secret hash)
 //	byte    entry type (EntryType)
 //	byte    flags: bit 0 ignore-if-unknown; other bits must be 0
 //	varint  leader time, Unix nanoseconds
@@ -18,8 +18,9 @@ import (
 // the core only ever sees one shape.
 
 const (
-	envelopeVersion = 1
-	flagIgnore      = 1 << 0
+	envelopeVersion    = 2
+	minEnvelopeVersion = 1
+	flagIgnore         = 1 << 0
 )
 
 // Unknown is an entry of a type this version does not know, flagged
@@ -65,9 +66,10 @@ func DecodeEntry(b []byte) (Entry, error) {
 	if d.err != nil {
 		return Entry{}, fmt.Errorf("fsm: cannot decode entry header (%d bytes): %w", len(b), d.err)
 	}
-	if v != envelopeVersion {
-		return Entry{}, fmt.Errorf("fsm: entry envelope version %d is not supported (this node knows version %d): upgrade this node", v, envelopeVersion)
+	if v < minEnvelopeVersion || v > envelopeVersion {
+		return Entry{}, fmt.Errorf("fsm: entry envelope version %d is not supported (this node knows versions %d to %d): upgrade this node", v, minEnvelopeVersion, envelopeVersion)
 	}
+	d.version = v
 	if flags&^flagIgnore != 0 {
 		return Entry{}, fmt.Errorf("fsm: entry of type %s has unknown flags %#x", t, flags)
 	}
@@ -125,6 +127,7 @@ func encodeCmd(en *encoder, cmd Command) error {
 		en.str(c.Label)
 		en.varint(c.TTL)
 		en.str(c.ClientID)
+		en.str(c.SecretHash)
 	case *CloseSession:
 		en.uvarint(c.Session)
 		en.str(c.Namespace)
@@ -178,6 +181,9 @@ func decodeCmd(d *decoder, cmd Command) {
 	switch c := cmd.(type) {
 	case *OpenSession:
 		c.Namespace, c.Label, c.TTL, c.ClientID = d.str(), d.str(), d.varint(), d.str()
+		if d.version >= 2 {
+			c.SecretHash = d.str()
+		}
 	case *CloseSession:
 		c.Session, c.Namespace = d.uvarint(), d.str()
 	case *ExpireSession:

@@ -19,7 +19,7 @@ func (a *applier) openSession(c *OpenSession) Result {
 		a.st.namespaces[c.Namespace] = ns
 	}
 	ns.sessions++
-	s := &session{id: a.index, ns: ns, clientID: c.ClientID, label: c.Label, ttl: c.TTL, openedAt: a.time}
+	s := &session{id: a.index, ns: ns, clientID: c.ClientID, label: c.Label, ttl: c.TTL, openedAt: a.time, secret: c.SecretHash}
 	if s.clientID == "" {
 		s.clientID = itoa(a.index)
 	}
@@ -83,6 +83,7 @@ func (a *applier) end(s *session, cause Cause) {
 	a.emit(s, Event{Kind: EventSessionEnded, Cause: cause})
 	a.process()
 	delete(a.st.sessions, s.id)
+	a.st.closed.add(tombstone{id: s.id, ns: s.ns.name, secret: s.secret})
 	s.finished = nil
 	ns := s.ns
 	ns.sessions--

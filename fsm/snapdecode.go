@@ -13,6 +13,9 @@ func decodeSessions(d *decoder, st *state) ([]*request, error) {
 		s := &session{id: d.uvarint()}
 		nsName := d.str()
 		s.clientID, s.label, s.ttl, s.openedAt = d.str(), d.str(), d.varint(), d.varint()
+		if d.version >= 2 {
+			s.secret = d.str()
+		}
 		s.eventSeq, s.floor = d.uvarint(), d.uvarint()
 		if d.err != nil {
 			break

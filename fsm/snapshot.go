@@ -10,25 +10,31 @@ import (
 	"sort"
 )
 
-// The snapshot format, version 1 (every count and number a varint):
+// The snapshot format, version 2 (every count and number a varint):
 //
 //	"LCKSNAP\x00" version
 //	last index, limits, member directory by id, number of live requests
-//	sessions by id: id namespace client-id label ttl opened-at event-seq
-//	    floor, finished outcomes (id status cause token reason),
+//	sessions by id: id namespace client-id label ttl opened-at secret-hash
+//	    event-seq floor, finished outcomes (id status cause token reason),
 //	    live requests in creation order (id index names mode signal
 //	    requested-at held token acquired-at)
 //	namespaces by name: the number of names in use, the held set in grant
 //	    order and the queues in creation order, each a list of requests
 //	    given by their position in the sessions above
+//	ended sessions' tombstones, oldest first: id namespace secret-hash
 //	CRC-32C of all of the above, 4 bytes little endian
+//
+// Version 1 (still restored) has no secret hashes and no tombstones.
 //
 // Everything is written in an order fixed by the state itself, so equal
 // states have equal bytes and Digest is a hash of them.
 
 var snapMagic = []byte("LCKSNAP\x00")
 
-const snapVersion = 1
+const (
+	snapVersion    = 2
+	minSnapVersion = 1
+)
 
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
 
@@ -99,6 +105,7 @@ func encodeState(st *state) []byte {
 		en.str(s.label)
 		en.varint(s.ttl)
 		en.varint(s.openedAt)
+		en.str(s.secret)
 		en.uvarint(s.eventSeq)
 		en.uvarint(s.floor)
 		en.uvarint(uint64(len(s.finished)))
@@ -159,6 +166,12 @@ func encodeState(st *state) []byte {
 			}
 		}
 	}
+	en.uvarint(uint64(len(st.closed.order)))
+	st.closed.each(func(t tombstone) {
+		en.uvarint(t.id)
+		en.str(t.ns)
+		en.str(t.secret)
+	})
 	return binary.LittleEndian.AppendUint32(en.b, crc32.Checksum(en.b, crcTable))
 }
 
@@ -171,9 +184,11 @@ func decodeState(b []byte) (*state, error) {
 		return nil, errors.New("fsm: snapshot checksum mismatch: the snapshot is corrupt or truncated")
 	}
 	d := &decoder{b: body[len(snapMagic):]}
-	if v := d.uvarint(); d.err == nil && v != snapVersion {
-		return nil, fmt.Errorf("fsm: snapshot version %d is not supported (this node knows version %d)", v, snapVersion)
+	v := d.uvarint()
+	if d.err == nil && (v < minSnapVersion || v > snapVersion) {
+		return nil, fmt.Errorf("fsm: snapshot version %d is not supported (this node knows versions %d to %d)", v, minSnapVersion, snapVersion)
 	}
+	d.version = byte(v)
 	st := newState()
 	st.lastIndex = d.uvarint()
 	decodeLimits(d, &st.limits)
@@ -192,6 +207,15 @@ func decodeState(b []byte) (*state, error) {
 	}
 	if err := decodeNamespaces(d, st, all); err != nil {
 		return nil, err
+	}
+	if d.version >= 2 {
+		for n := d.count(3); n > 0 && d.err == nil; n-- {
+			t := tombstone{id: d.uvarint(), ns: d.str(), secret: d.str()}
+			if d.err == nil && (t.secret == "" || st.sessions[t.id] != nil) {
+				return nil, fmt.Errorf("fsm: snapshot tombstone of session %d is malformed", t.id)
+			}
+			st.closed.add(t)
+		}
 	}
 	if d.err == nil && len(d.b) != 0 {
 		d.fail(fmt.Errorf("%d trailing bytes", len(d.b)))

@@ -174,7 +174,7 @@ func TestRestoreRejectsBadSnapshots(t *testing.T) {
 	flipped := slices.Clone(good)
 	flipped[len(good)/2] ^= 0x10
 	version := slices.Clone(good)
-	version[len(snapMagic)] = 2
+	version[len(snapMagic)] = 3
 	for _, c := range []struct {
 		name, want string
 		r          io.Reader
@@ -184,7 +184,7 @@ func TestRestoreRejectsBadSnapshots(t *testing.T) {
 		{"truncated by half", "checksum", bytes.NewReader(good[:len(good)/2])},
 		{"flipped byte", "checksum", bytes.NewReader(flipped)},
 		{"garbage", "magic", strings.NewReader("this is not a snapshot, not at all")},
-		{"wrong version", "version 2", bytes.NewReader(withCRC(version))},
+		{"wrong version", "version 3", bytes.NewReader(withCRC(version))},
 		{"read error", "disk on fire", iotest.ErrReader(errors.New("disk on fire"))},
 		{"half read", "unexpected EOF", io.MultiReader(bytes.NewReader(good[:20]), iotest.ErrReader(io.ErrUnexpectedEOF))},
 	} {
@@ -318,7 +318,7 @@ func TestDecodeEntryErrors(t *testing.T) {
 		{"empty", nil, []string{"header", "truncated"}},
 		{"unknown type", []byte{1, 99, 0, 0}, []string{"type 99", "unknown", "not flagged"}},
 		{"invalid type", []byte{1, 0, 0, 0}, []string{"type 0", "unknown"}},
-		{"unknown version", append([]byte{2}, req[1:]...), []string{"version 2"}},
+		{"unknown version", append([]byte{3}, req[1:]...), []string{"version 3"}},
 		{"unknown flags", []byte{1, 4, 0x03, 0}, []string{"unknown flags 0x3"}},
 		{"trailing bytes", append(slices.Clone(req), 0), []string{"Request", "1 trailing bytes"}},
 		{"truncated", req[:len(req)-1], []string{"Request", "truncated"}},

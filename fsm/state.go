@@ -10,6 +10,11 @@ type state struct {
 	requests   map[reqKey]*request // every live (pending or held) request
 	nHeld      int
 	nPending   int
+	// closed remembers the secret hashes of the sessions that ended last,
+	// so that a client presenting the right secret for its ended session
+	// learns that it ended, while any other caller is refused alike
+	// whether the session exists or not.
+	closed tombstones
 }
 
 type reqKey struct{ session, id uint64 }
@@ -91,6 +96,7 @@ type session struct {
 	label    string
 	ttl      int64
 	openedAt int64
+	secret   string // SHA-256 of its secret; "" for sessions from before secrets
 	eventSeq uint64
 	// Live requests in creation order.
 	liveHead, liveTail *request

@@ -1,0 +1,128 @@
+package fsm
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+)
+
+// Sessions are capabilities (SPEC §10): only the client that opened a
+// session knows its secret, and every write and event stream of the session
+// must present it. The log and the snapshots keep only its SHA-256. The
+// check is the API's, before anything is proposed (CheckSession); secrets
+// never change, so a node's applied state answers it for good.
+
+// HashSecret is what the log keeps of a session secret.
+func HashSecret(secret []byte) string {
+	h := sha256.Sum256(secret)
+	return string(h[:])
+}
+
+// maxTombstones is how many ended sessions keep their secret hash, so that
+// their client learns the session ended (InvalidStateError) rather than
+// that its secret is wrong. About 60 bytes each.
+const maxTombstones = 65536
+
+type tombstone struct {
+	id     uint64
+	ns     string
+	secret string
+}
+
+// tombstones is a FIFO of the sessions that ended last, in the order they
+// ended (deterministic: the log's order).
+type tombstones struct {
+	order []tombstone // oldest first, from head
+	head  int
+	byID  map[uint64]int // position in order
+}
+
+func (t *tombstones) add(ts tombstone) {
+	if ts.secret == "" {
+		return // a session from before secrets: nothing to check
+	}
+	if t.byID == nil {
+		t.byID = make(map[uint64]int)
+	}
+	if len(t.order) < maxTombstones {
+		t.byID[ts.id] = len(t.order)
+		t.order = append(t.order, ts)
+		return
+	}
+	delete(t.byID, t.order[t.head].id)
+	t.order[t.head] = ts
+	t.byID[ts.id] = t.head
+	t.head = (t.head + 1) % maxTombstones
+}
+
+func (t *tombstones) get(id uint64) (tombstone, bool) {
+	i, ok := t.byID[id]
+	if !ok {
+		return tombstone{}, false
+	}
+	return t.order[i], true
+}
+
+// each calls f on every tombstone, oldest first.
+func (t *tombstones) each(f func(tombstone)) {
+	for i := range t.order {
+		f(t.order[(t.head+i)%len(t.order)])
+	}
+}
+
+// SecretRefused is the message of every refused session secret: the same
+// whether the session exists, ended, lives in another namespace or never
+// existed, so a refusal tells nothing but "no".
+const SecretRefused = "the session secret was refused (wrong or missing secret, or no such session in this namespace)"
+
+// CheckSession decides, from the applied state, whether a caller presenting
+// secret may act for session id in namespace ns:
+//   - nil: the session is open there and the secret is its own (a session
+//     from before secrets accepts any);
+//   - CodeSessionClosed: the session ended, and the secret is its own;
+//   - CodePermission (SecretRefused): anything else, including a session
+//     this node has not heard of — the caller must make sure the state is
+//     new enough for that to be final (a read barrier on the leader).
+//
+// The comparison takes the same time whether or not the session exists.
+func (m *Machine) CheckSession(id uint64, ns string, secret []byte) *Error {
+	given := sha256.Sum256(secret)
+	m.mu.RLock()
+	s := m.st.sessions[id]
+	var want string
+	var open, ended bool
+	switch {
+	case s != nil && s.ns.name == ns:
+		want, open = s.secret, true
+	default:
+		if t, ok := m.st.closed.get(id); ok && t.ns == ns {
+			want, ended = t.secret, true
+		}
+	}
+	m.mu.RUnlock()
+	if open && want == "" {
+		return nil // opened before secrets existed
+	}
+	var wantHash [32]byte
+	copy(wantHash[:], want)
+	match := subtle.ConstantTimeCompare(given[:], wantHash[:]) == 1 && (open || ended)
+	switch {
+	case match && open:
+		return nil
+	case match && ended:
+		return errorf(CodeSessionClosed, "session %d is not open in namespace %s (closed, expired or never opened)", id, quote(ns))
+	}
+	return errorf(CodePermission, "%s", SecretRefused)
+}
+
+// SessionKnown reports whether this node's applied state has session id
+// open or recently ended: if not, a refusal must wait until the state is
+// known to be new enough.
+func (m *Machine) SessionKnown(id uint64) bool {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if _, ok := m.st.sessions[id]; ok {
+		return true
+	}
+	_, ok := m.st.closed.get(id)
+	return ok
+}
