@@ -128,8 +128,10 @@ func pausedHolderMain(addrs string) int {
 			fmt.Fprintln(os.Stderr, "paused holder:", err)
 			return 2
 		}
-		fmt.Printf("held %s\n", name)
+		// The clock is read before saying "held": the pause may come
+		// before the loop below has started.
 		start := time.Now()
+		fmt.Printf("held %s\n", name)
 		for prev := start; ; {
 			now := time.Now()
 			if now.Sub(prev) > pausedTTL*9/10 {
