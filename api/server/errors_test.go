@@ -66,7 +66,7 @@ func TestErrorTable(t *testing.T) {
 }
 
 func TestHubCutsOffSlowStreamsAndSkipsSyncedEvents(t *testing.T) {
-	h := newHub(func() uint64 { return 0 })
+	h := newHub(func() uint64 { return 0 }, 0)
 	s, err := h.subscribe(7, func() (uint64, error) { return 2, nil })
 	if err != nil {
 		t.Fatal(err)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 
+	"google.golang.org/protobuf/proto"
+
 	pb "github.com/lockcluster/lockcluster/api/lockclusterv1"
 	"github.com/lockcluster/lockcluster/fsm"
 )
@@ -11,7 +13,8 @@ import (
 // hub fans the events of applied entries out to the session streams
 // attached to this node, and lets callers wait until an index is applied.
 // publish runs on raft's FSM goroutine and never blocks: a stream that
-// does not keep up is cut off (its client reconnects and resynchronises).
+// does not keep up (a backlog of subBuffer events, or of maxBytes bytes) is
+// cut off (its client reconnects and resynchronises).
 type hub struct {
 	mu      sync.Mutex
 	applied uint64
@@ -20,6 +23,9 @@ type hub struct {
 	// last reports the machine's own last index, which a restored snapshot
 	// moves without any entry being published.
 	last func() uint64
+	// maxBytes caps the encoded size of the events a stream has not taken
+	// yet (its backlog), whatever their number.
+	maxBytes int
 }
 
 type sub struct {
@@ -31,6 +37,7 @@ type sub struct {
 	// instead of 32 KiB (100,000 idle sessions: 3 GiB less).
 	mu    sync.Mutex
 	q     []*pb.Event
+	bytes int // encoded size of the events in q
 	ready chan struct{}
 	gone  chan struct{} // closed when the hub cut the stream off
 }
@@ -38,14 +45,25 @@ type sub struct {
 // subBuffer is how many events a stream may fall behind before it is cut.
 const subBuffer = 4096
 
-// push queues ev; false if the stream is subBuffer events behind.
-func (s *sub) push(ev *pb.Event) bool {
+// DefaultStreamBacklogBytes is how many bytes of events a stream may fall
+// behind before it is cut, unless Config.StreamBacklogBytes says otherwise.
+// The event count alone does not bound memory: 4096 events naming 64 names
+// of 1 KiB each are 256 MiB.
+const DefaultStreamBacklogBytes = 4 << 20
+
+// push queues ev; false if the stream is subBuffer events or, with ev,
+// more than maxBytes bytes behind. The backlog never holds more than
+// maxBytes: an event that would take it past is not queued, and the stream
+// is cut instead.
+func (s *sub) push(ev *pb.Event, maxBytes int) bool {
+	n := proto.Size(ev)
 	s.mu.Lock()
-	if len(s.q) >= subBuffer {
+	if len(s.q) >= subBuffer || s.bytes+n > maxBytes {
 		s.mu.Unlock()
 		return false
 	}
 	s.q = append(s.q, ev)
+	s.bytes += n
 	s.mu.Unlock()
 	select {
 	case s.ready <- struct{}{}:
@@ -59,12 +77,16 @@ func (s *sub) take() []*pb.Event {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	q := s.q
-	s.q = nil
+	s.q, s.bytes = nil, 0
 	return q
 }
 
-func newHub(last func() uint64) *hub {
-	return &hub{wake: make(chan struct{}), subs: make(map[uint64]map[*sub]struct{}), last: last}
+// newHub returns a hub; maxBytes <= 0 means DefaultStreamBacklogBytes.
+func newHub(last func() uint64, maxBytes int) *hub {
+	if maxBytes <= 0 {
+		maxBytes = DefaultStreamBacklogBytes
+	}
+	return &hub{wake: make(chan struct{}), subs: make(map[uint64]map[*sub]struct{}), last: last, maxBytes: maxBytes}
 }
 
 func (h *hub) publish(index uint64, ap fsm.Applied) {
@@ -82,7 +104,7 @@ func (h *hub) publish(index uint64, ap fsm.Applied) {
 			if e.Seq <= s.after {
 				continue
 			}
-			if !s.push(eventToPB(index, e)) {
+			if !s.push(eventToPB(index, e), h.maxBytes) {
 				h.dropLocked(s)
 				close(s.gone)
 			}

@@ -45,6 +45,10 @@ type Config struct {
 	// (0: no bound); SessionBurst is the burst allowed above it.
 	SessionRate  float64
 	SessionBurst int
+	// StreamBacklogBytes caps the events a session stream has not sent yet,
+	// in encoded bytes (default DefaultStreamBacklogBytes); a stream that
+	// falls further behind is cut and its client resynchronises.
+	StreamBacklogBytes int
 	// Observer hears of the requests this node proposed, for the acquire
 	// and hand-off latency metrics (default: nothing).
 	Observer Observer
@@ -102,7 +106,7 @@ func New(cfg Config) *Server {
 		cfg.DialOptions = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
 	}
 	s := &Server{cfg: cfg, m: cfg.Machine, log: cfg.Logger, done: make(chan struct{})}
-	s.hub = newHub(cfg.Machine.LastIndex)
+	s.hub = newHub(cfg.Machine.LastIndex, cfg.StreamBacklogBytes)
 	s.peers = newPeers(cfg.DialOptions)
 	s.tracker = session.New(session.Config{Expirer: expirer{s}, Tick: cfg.SessionTick, Logger: cfg.Logger.Named("session"), Now: cfg.Now})
 	s.touches = newTouchBatcher(s, cfg.HeartbeatFlush)
