@@ -170,7 +170,7 @@ func (c *Client) Close(ctx context.Context) error {
 	if s != nil {
 		s.end(ErrSessionClosed)
 		err = c.call(ctx, func(ctx context.Context, lc pb.LocksClient) error {
-			_, err := lc.CloseSession(ctx, &pb.CloseSessionRequest{Namespace: c.cfg.namespace, SessionId: s.id})
+			_, err := lc.CloseSession(ctx, &pb.CloseSessionRequest{Namespace: c.cfg.namespace, SessionId: s.id, SessionSecret: s.secret})
 			return err
 		})
 	}

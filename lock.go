@@ -173,7 +173,7 @@ func (l *Lock) Release(ctx context.Context) error {
 			return
 		}
 		err := l.s.c.call(ctx, func(ctx context.Context, lc pb.LocksClient) error {
-			resp, err := lc.Release(ctx, &pb.ReleaseRequest{Namespace: l.s.c.cfg.namespace, SessionId: l.s.id, RequestId: l.r.id, Token: l.token, AckBelow: l.s.ackBelow()})
+			resp, err := lc.Release(ctx, &pb.ReleaseRequest{Namespace: l.s.c.cfg.namespace, SessionId: l.s.id, RequestId: l.r.id, Token: l.token, AckBelow: l.s.ackBelow(), SessionSecret: l.s.secret})
 			if err == nil {
 				l.s.c.seen(resp.Index)
 			}
@@ -319,7 +319,7 @@ func (s *session) releaseAbandoned(r *request, token uint64) {
 	ctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
 	defer cancel()
 	_ = s.c.call(ctx, func(ctx context.Context, lc pb.LocksClient) error {
-		_, err := lc.Release(ctx, &pb.ReleaseRequest{Namespace: s.c.cfg.namespace, SessionId: s.id, RequestId: r.id, Token: token})
+		_, err := lc.Release(ctx, &pb.ReleaseRequest{Namespace: s.c.cfg.namespace, SessionId: s.id, RequestId: r.id, Token: token, SessionSecret: s.secret})
 		return err
 	})
 	s.forget(r)

@@ -104,7 +104,7 @@ func (c *Client) acquire(ctx, parent context.Context, name string, opts Options)
 		return nil, err
 	}
 	r := s.newRequest(parent, names, opts.Mode)
-	req := &pb.LockRequest{Namespace: c.cfg.namespace, SessionId: s.id, RequestId: r.id, Names: names, Mode: mode,
+	req := &pb.LockRequest{Namespace: c.cfg.namespace, SessionId: s.id, SessionSecret: s.secret, RequestId: r.id, Names: names, Mode: mode,
 		IfAvailable: opts.IfAvailable, Steal: opts.Steal,
 		// A Go request always has a context, its AbortSignal; requests that
 		// never wait (ifAvailable, steal) have nothing to abort.
@@ -170,7 +170,7 @@ func (s *session) abort(ctx context.Context, r *request) error {
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	err := s.c.call(actx, func(actx context.Context, lc pb.LocksClient) error {
-		resp, err := lc.Abort(actx, &pb.AbortRequest{Namespace: s.c.cfg.namespace, SessionId: s.id, RequestId: r.id, Reason: cause.Error(), AckBelow: s.ackBelow()})
+		resp, err := lc.Abort(actx, &pb.AbortRequest{Namespace: s.c.cfg.namespace, SessionId: s.id, RequestId: r.id, Reason: cause.Error(), AckBelow: s.ackBelow(), SessionSecret: s.secret})
 		if err == nil {
 			s.c.seen(resp.Index)
 		}
@@ -205,7 +205,7 @@ func (s *session) abort(ctx context.Context, r *request) error {
 // without the abort the lock would stay held until the session ends.
 func (s *session) abortAbandoned(r *request, reason string) {
 	err := s.c.call(s.ctx, func(ctx context.Context, lc pb.LocksClient) error {
-		resp, err := lc.Abort(ctx, &pb.AbortRequest{Namespace: s.c.cfg.namespace, SessionId: s.id, RequestId: r.id, Reason: reason, AckBelow: s.ackBelow()})
+		resp, err := lc.Abort(ctx, &pb.AbortRequest{Namespace: s.c.cfg.namespace, SessionId: s.id, RequestId: r.id, Reason: reason, AckBelow: s.ackBelow(), SessionSecret: s.secret})
 		if err == nil {
 			s.c.seen(resp.Index)
 		}

@@ -21,6 +21,7 @@ type session struct {
 	c        *Client
 	id       uint64
 	clientID string
+	secret   []byte // the session's secret: every write and the stream present it
 	ttl      time.Duration
 	ctx      context.Context // ends with the session
 	cancel   context.CancelCauseFunc
@@ -62,7 +63,7 @@ func (c *Client) session(ctx context.Context) (*session, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &session{c: c, id: resp.SessionId, clientID: resp.ClientId, ttl: resp.Ttl.AsDuration(), nextID: 1,
+	s := &session{c: c, id: resp.SessionId, clientID: resp.ClientId, secret: resp.Secret, ttl: resp.Ttl.AsDuration(), nextID: 1,
 		reqs: map[uint64]*request{}, lastAcked: sent, hbSent: map[uint64]time.Time{}}
 	s.ctx, s.cancel = context.WithCancelCause(context.Background())
 	s.jeopardyErr = fmt.Errorf("%w: no heartbeat acknowledged for a whole TTL (%s)", ErrSessionLost, s.ttl)
@@ -77,7 +78,7 @@ func (c *Client) session(ctx context.Context) (*session, error) {
 	}
 	c.mu.Unlock()
 	if closed {
-		go c.closeQuietly(s.id)
+		go c.closeQuietly(s.id, s.secret)
 		return nil, fmt.Errorf("%w: the client is closed", ErrSessionClosed)
 	}
 	go s.run()
@@ -98,11 +99,11 @@ func (c *Client) live() (*session, error) {
 	return nil, nil
 }
 
-func (c *Client) closeQuietly(id uint64) {
+func (c *Client) closeQuietly(id uint64, secret []byte) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	_ = c.call(ctx, func(ctx context.Context, lc pb.LocksClient) error {
-		_, err := lc.CloseSession(ctx, &pb.CloseSessionRequest{Namespace: c.cfg.namespace, SessionId: id})
+		_, err := lc.CloseSession(ctx, &pb.CloseSessionRequest{Namespace: c.cfg.namespace, SessionId: id, SessionSecret: secret})
 		return err
 	})
 }
@@ -165,7 +166,7 @@ func (s *session) checkJeopardy() bool {
 // whole TTL, and closes it on the cluster if it can still be reached.
 func (s *session) jeopardy() {
 	if s.end(s.jeopardyErr) {
-		go s.c.closeQuietly(s.id)
+		go s.c.closeQuietly(s.id, s.secret)
 	}
 }
 
@@ -245,7 +246,7 @@ func (s *session) stream(lc pb.LocksClient) error {
 	s.c.mu.Lock()
 	minIndex := s.c.maxIndex
 	s.c.mu.Unlock()
-	if err := st.Send(&pb.SessionUp{Kind: &pb.SessionUp_Attach{Attach: &pb.Attach{Namespace: s.c.cfg.namespace, SessionId: s.id, MinIndex: minIndex}}}); err != nil {
+	if err := st.Send(&pb.SessionUp{Kind: &pb.SessionUp_Attach{Attach: &pb.Attach{Namespace: s.c.cfg.namespace, SessionId: s.id, MinIndex: minIndex, SessionSecret: s.secret}}}); err != nil {
 		return err
 	}
 	first, err := st.Recv()

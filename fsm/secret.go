@@ -126,3 +126,65 @@ func (m *Machine) SessionKnown(id uint64) bool {
 	_, ok := m.st.closed.get(id)
 	return ok
 }
+
+// SessionsIn is the number of open sessions of namespace ns.
+func (m *Machine) SessionsIn(ns string) int64 {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if n := m.st.namespaces[ns]; n != nil {
+		return n.sessions
+	}
+	return 0
+}
+
+// Precheck returns the refusals of cmd that the applied state makes
+// certain, with the message Apply would give, so that the API answers them
+// without a log entry: a new session over the namespace's session limit
+// (the API also counts the opens it has in flight), and a request of a
+// session over its held limit, or that would queue over its pending
+// limit. nil means: let Apply decide (it checks again: entries between now
+// and then may change the answer).
+func (m *Machine) Precheck(cmd Command) *Error {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	lim := &m.st.limits
+	switch c := cmd.(type) {
+	case *OpenSession:
+		if ns := m.st.namespaces[c.Namespace]; ns != nil && lim.MaxSessionsPerNamespace > 0 && ns.sessions >= lim.MaxSessionsPerNamespace {
+			return errorf(CodeLimit, "namespace %s has %d sessions, the limit", quote(c.Namespace), ns.sessions)
+		}
+	case *Request:
+		s := m.st.sessions[c.Session]
+		if s == nil || s.ns.name != c.Namespace {
+			return nil
+		}
+		if _, live := m.st.requests[reqKey{s.id, c.RequestID}]; live {
+			return nil // a retry: Apply answers it as a duplicate
+		}
+		if _, done := s.find(c.RequestID); done {
+			return nil
+		}
+		if s.nHeld+s.nPending >= lim.MaxHeldPerSession {
+			return errorf(CodeLimit, "session %d holds %d locks and waits for %d: the limit on held locks is %d", s.id, s.nHeld, s.nPending, lim.MaxHeldPerSession)
+		}
+		a := applier{st: m.st, ns: s.ns}
+		if !c.Steal && !c.IfAvailable && s.nPending >= lim.MaxPendingPerSession && !a.grantableNew(c.Names, c.Mode) {
+			return errorf(CodeLimit, "session %d has %d pending requests: the limit is %d", s.id, s.nPending, lim.MaxPendingPerSession)
+		}
+	}
+	return nil
+}
+
+// Outcome returns what Apply would answer a retry of request id of session
+// (a duplicate), if the applied state knows the request: the API answers a
+// retry from it without a log entry.
+func (m *Machine) Outcome(session uint64, ns string, id uint64) (Result, bool) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	s := m.st.sessions[session]
+	if s == nil || s.ns.name != ns {
+		return Result{}, false
+	}
+	a := applier{st: m.st, ns: s.ns}
+	return a.duplicate(s, id)
+}

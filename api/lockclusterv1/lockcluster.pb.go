@@ -422,7 +422,11 @@ type OpenSessionResponse struct {
 	ClientId  string                 `protobuf:"bytes,2,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
 	Ttl       *durationpb.Duration   `protobuf:"bytes,3,opt,name=ttl,proto3" json:"ttl,omitempty"`
 	// The Raft index of the entry that opened the session.
-	Index         uint64 `protobuf:"varint,4,opt,name=index,proto3" json:"index,omitempty"`
+	Index uint64 `protobuf:"varint,4,opt,name=index,proto3" json:"index,omitempty"`
+	// The session's secret: present it on every write of the session and
+	// when attaching its stream. Only this response carries it; the cluster
+	// keeps only its SHA-256. Keep it to yourself.
+	Secret        []byte `protobuf:"bytes,5,opt,name=secret,proto3" json:"secret,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -485,10 +489,20 @@ func (x *OpenSessionResponse) GetIndex() uint64 {
 	return 0
 }
 
+func (x *OpenSessionResponse) GetSecret() []byte {
+	if x != nil {
+		return x.Secret
+	}
+	return nil
+}
+
 type CloseSessionRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
-	SessionId     uint64                 `protobuf:"varint,2,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	SessionId uint64                 `protobuf:"varint,2,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// The session's secret (OpenSessionResponse.secret). An admin credential
+	// may close any session without it (an operator's tool; audited).
+	SessionSecret []byte `protobuf:"bytes,3,opt,name=session_secret,json=sessionSecret,proto3" json:"session_secret,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -535,6 +549,13 @@ func (x *CloseSessionRequest) GetSessionId() uint64 {
 		return x.SessionId
 	}
 	return 0
+}
+
+func (x *CloseSessionRequest) GetSessionSecret() []byte {
+	if x != nil {
+		return x.SessionSecret
+	}
+	return nil
 }
 
 type CloseSessionResponse struct {
@@ -671,7 +692,9 @@ type Attach struct {
 	// The highest Raft index the client has seen (from responses and events):
 	// the node waits until it has applied it before it answers, so a client
 	// never sees older state than it already knew.
-	MinIndex      uint64 `protobuf:"varint,3,opt,name=min_index,json=minIndex,proto3" json:"min_index,omitempty"`
+	MinIndex uint64 `protobuf:"varint,3,opt,name=min_index,json=minIndex,proto3" json:"min_index,omitempty"`
+	// The session's secret (OpenSessionResponse.secret).
+	SessionSecret []byte `protobuf:"bytes,4,opt,name=session_secret,json=sessionSecret,proto3" json:"session_secret,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -725,6 +748,13 @@ func (x *Attach) GetMinIndex() uint64 {
 		return x.MinIndex
 	}
 	return 0
+}
+
+func (x *Attach) GetSessionSecret() []byte {
+	if x != nil {
+		return x.SessionSecret
+	}
+	return nil
 }
 
 type Heartbeat struct {
@@ -1218,7 +1248,9 @@ type LockRequest struct {
 	// The request can be aborted (the spec's AbortSignal is present).
 	Signal bool `protobuf:"varint,8,opt,name=signal,proto3" json:"signal,omitempty"`
 	// The client has the outcome of every request id below this one.
-	AckBelow      uint64 `protobuf:"varint,9,opt,name=ack_below,json=ackBelow,proto3" json:"ack_below,omitempty"`
+	AckBelow uint64 `protobuf:"varint,9,opt,name=ack_below,json=ackBelow,proto3" json:"ack_below,omitempty"`
+	// The session's secret (OpenSessionResponse.secret).
+	SessionSecret []byte `protobuf:"bytes,10,opt,name=session_secret,json=sessionSecret,proto3" json:"session_secret,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1314,6 +1346,13 @@ func (x *LockRequest) GetAckBelow() uint64 {
 		return x.AckBelow
 	}
 	return 0
+}
+
+func (x *LockRequest) GetSessionSecret() []byte {
+	if x != nil {
+		return x.SessionSecret
+	}
+	return nil
 }
 
 type LockResponse struct {
@@ -1416,8 +1455,11 @@ type ReleaseRequest struct {
 	SessionId uint64                 `protobuf:"varint,2,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	RequestId uint64                 `protobuf:"varint,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	// Optional: when set, it must be the lock's token.
-	Token         uint64 `protobuf:"varint,4,opt,name=token,proto3" json:"token,omitempty"`
-	AckBelow      uint64 `protobuf:"varint,5,opt,name=ack_below,json=ackBelow,proto3" json:"ack_below,omitempty"`
+	Token    uint64 `protobuf:"varint,4,opt,name=token,proto3" json:"token,omitempty"`
+	AckBelow uint64 `protobuf:"varint,5,opt,name=ack_below,json=ackBelow,proto3" json:"ack_below,omitempty"`
+	// The session's secret (OpenSessionResponse.secret). An admin credential
+	// may release without it (an operator's tool; audited).
+	SessionSecret []byte `protobuf:"bytes,6,opt,name=session_secret,json=sessionSecret,proto3" json:"session_secret,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1485,6 +1527,13 @@ func (x *ReleaseRequest) GetAckBelow() uint64 {
 		return x.AckBelow
 	}
 	return 0
+}
+
+func (x *ReleaseRequest) GetSessionSecret() []byte {
+	if x != nil {
+		return x.SessionSecret
+	}
+	return nil
 }
 
 type ReleaseResponse struct {
@@ -1561,8 +1610,11 @@ type AbortRequest struct {
 	SessionId uint64                 `protobuf:"varint,2,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	RequestId uint64                 `protobuf:"varint,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	// Carried into the AbortError.
-	Reason        string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
-	AckBelow      uint64 `protobuf:"varint,5,opt,name=ack_below,json=ackBelow,proto3" json:"ack_below,omitempty"`
+	Reason   string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	AckBelow uint64 `protobuf:"varint,5,opt,name=ack_below,json=ackBelow,proto3" json:"ack_below,omitempty"`
+	// The session's secret (OpenSessionResponse.secret). An admin credential
+	// may abort without it (an operator's tool; audited).
+	SessionSecret []byte `protobuf:"bytes,6,opt,name=session_secret,json=sessionSecret,proto3" json:"session_secret,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1630,6 +1682,13 @@ func (x *AbortRequest) GetAckBelow() uint64 {
 		return x.AckBelow
 	}
 	return 0
+}
+
+func (x *AbortRequest) GetSessionSecret() []byte {
+	if x != nil {
+		return x.SessionSecret
+	}
+	return nil
 }
 
 type AbortResponse struct {
@@ -2554,28 +2613,31 @@ const file_lockcluster_proto_rawDesc = "" +
 	"\x12OpenSessionRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x14\n" +
 	"\x05label\x18\x02 \x01(\tR\x05label\x12+\n" +
-	"\x03ttl\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\"\x94\x01\n" +
+	"\x03ttl\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\"\xac\x01\n" +
 	"\x13OpenSessionResponse\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\x04R\tsessionId\x12\x1b\n" +
 	"\tclient_id\x18\x02 \x01(\tR\bclientId\x12+\n" +
 	"\x03ttl\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12\x14\n" +
-	"\x05index\x18\x04 \x01(\x04R\x05index\"R\n" +
+	"\x05index\x18\x04 \x01(\x04R\x05index\x12\x16\n" +
+	"\x06secret\x18\x05 \x01(\fR\x06secret\"y\n" +
 	"\x13CloseSessionRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1d\n" +
 	"\n" +
-	"session_id\x18\x02 \x01(\x04R\tsessionId\",\n" +
+	"session_id\x18\x02 \x01(\x04R\tsessionId\x12%\n" +
+	"\x0esession_secret\x18\x03 \x01(\fR\rsessionSecret\",\n" +
 	"\x14CloseSessionResponse\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\"\x80\x01\n" +
 	"\tSessionUp\x120\n" +
 	"\x06attach\x18\x01 \x01(\v2\x16.lockcluster.v1.AttachH\x00R\x06attach\x129\n" +
 	"\theartbeat\x18\x02 \x01(\v2\x19.lockcluster.v1.HeartbeatH\x00R\theartbeatB\x06\n" +
-	"\x04kind\"b\n" +
+	"\x04kind\"\x89\x01\n" +
 	"\x06Attach\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x02 \x01(\x04R\tsessionId\x12\x1b\n" +
-	"\tmin_index\x18\x03 \x01(\x04R\bminIndex\"\x1b\n" +
+	"\tmin_index\x18\x03 \x01(\x04R\bminIndex\x12%\n" +
+	"\x0esession_secret\x18\x04 \x01(\fR\rsessionSecret\"\x1b\n" +
 	"\tHeartbeat\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\"\xbb\x01\n" +
 	"\vSessionDown\x120\n" +
@@ -2621,7 +2683,7 @@ const file_lockcluster_proto_rawDesc = "" +
 	"\rNOT_AVAILABLE\x10\x02\x12\v\n" +
 	"\aABORTED\x10\x03\x12\r\n" +
 	"\tLOCK_LOST\x10\x04\x12\x11\n" +
-	"\rSESSION_ENDED\x10\x05\"\x97\x02\n" +
+	"\rSESSION_ENDED\x10\x05\"\xbe\x02\n" +
 	"\vLockRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1d\n" +
 	"\n" +
@@ -2633,7 +2695,9 @@ const file_lockcluster_proto_rawDesc = "" +
 	"\fif_available\x18\x06 \x01(\bR\vifAvailable\x12\x14\n" +
 	"\x05steal\x18\a \x01(\bR\x05steal\x12\x16\n" +
 	"\x06signal\x18\b \x01(\bR\x06signal\x12\x1b\n" +
-	"\tack_below\x18\t \x01(\x04R\backBelow\"\x8a\x02\n" +
+	"\tack_below\x18\t \x01(\x04R\backBelow\x12%\n" +
+	"\x0esession_secret\x18\n" +
+	" \x01(\fR\rsessionSecret\"\x8a\x02\n" +
 	"\fLockResponse\x12.\n" +
 	"\x06status\x18\x01 \x01(\x0e2\x16.lockcluster.v1.StatusR\x06status\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x04R\x05token\x12;\n" +
@@ -2642,7 +2706,7 @@ const file_lockcluster_proto_rawDesc = "" +
 	"\tduplicate\x18\x04 \x01(\bR\tduplicate\x12\x14\n" +
 	"\x05index\x18\x05 \x01(\x04R\x05index\x12+\n" +
 	"\x05cause\x18\x06 \x01(\x0e2\x15.lockcluster.v1.CauseR\x05cause\x12\x16\n" +
-	"\x06reason\x18\a \x01(\tR\x06reason\"\x9f\x01\n" +
+	"\x06reason\x18\a \x01(\tR\x06reason\"\xc6\x01\n" +
 	"\x0eReleaseRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1d\n" +
 	"\n" +
@@ -2650,12 +2714,13 @@ const file_lockcluster_proto_rawDesc = "" +
 	"\n" +
 	"request_id\x18\x03 \x01(\x04R\trequestId\x12\x14\n" +
 	"\x05token\x18\x04 \x01(\x04R\x05token\x12\x1b\n" +
-	"\tack_below\x18\x05 \x01(\x04R\backBelow\"\x8b\x01\n" +
+	"\tack_below\x18\x05 \x01(\x04R\backBelow\x12%\n" +
+	"\x0esession_secret\x18\x06 \x01(\fR\rsessionSecret\"\x8b\x01\n" +
 	"\x0fReleaseResponse\x12.\n" +
 	"\x06status\x18\x01 \x01(\x0e2\x16.lockcluster.v1.StatusR\x06status\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x04R\x05token\x12\x1c\n" +
 	"\tduplicate\x18\x03 \x01(\bR\tduplicate\x12\x14\n" +
-	"\x05index\x18\x04 \x01(\x04R\x05index\"\x9f\x01\n" +
+	"\x05index\x18\x04 \x01(\x04R\x05index\"\xc6\x01\n" +
 	"\fAbortRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1d\n" +
 	"\n" +
@@ -2663,7 +2728,8 @@ const file_lockcluster_proto_rawDesc = "" +
 	"\n" +
 	"request_id\x18\x03 \x01(\x04R\trequestId\x12\x16\n" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x1b\n" +
-	"\tack_below\x18\x05 \x01(\x04R\backBelow\"\xce\x01\n" +
+	"\tack_below\x18\x05 \x01(\x04R\backBelow\x12%\n" +
+	"\x0esession_secret\x18\x06 \x01(\fR\rsessionSecret\"\xce\x01\n" +
 	"\rAbortResponse\x12.\n" +
 	"\x06status\x18\x01 \x01(\x0e2\x16.lockcluster.v1.StatusR\x06status\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x04R\x05token\x12+\n" +

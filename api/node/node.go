@@ -144,6 +144,9 @@ func (n *Node) start() error {
 	// in after raftnode.New, before the server runs.
 	scfg := n.cfg.Server
 	scfg.Machine, scfg.Logger, scfg.Observer = n.machine, n.log.Named("api"), n.metrics
+	if n.authz.Enabled() {
+		scfg.IsAdmin = func(ctx context.Context) bool { return n.authz.Admin(auth.CallerOf(ctx)) }
+	}
 	rcfg := n.cfg.Raft
 	rcfg.ID, rcfg.DataDir, rcfg.BindAddr, rcfg.AdvertiseAddr = cfg.ID, filepath.Join(cfg.DataDir, "raft"), cfg.RaftAddr, cfg.AdvertiseRaft
 	rcfg.Bootstrap, rcfg.Logger = cfg.Bootstrap, n.log.Named("raft")
@@ -161,6 +164,10 @@ func (n *Node) start() error {
 	// A pool of stream workers serves RPCs on reused goroutines instead of
 	// a new goroutine (and stack growth) per call: less CPU per request.
 	opts := append(n.metrics.ServerOptions(), grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))))
+	// Before auth: garbage is InvalidArgument (it names no namespace), and
+	// auth's refusals reach the audit log.
+	opts = append(opts, server.DecodeOptions()...)
+	opts = append(opts, n.srv.AuditOptions(n.adminCall())...)
 	opts = append(opts, n.serverOptions...)
 	// After auth: a diverged replica answers nothing from its state.
 	opts = append(opts, grpc.ChainUnaryInterceptor(server.FenceUnary(n.raft.Diverged)),

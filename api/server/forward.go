@@ -37,6 +37,9 @@ func isForwarded(ctx context.Context) bool {
 func (s *Server) forwardContext(ctx context.Context) context.Context {
 	md, _ := metadata.FromIncomingContext(ctx)
 	out := metadata.Pairs(forwardedKey, s.cfg.Self.ID)
+	if s.adminCaller(ctx) {
+		out.Set(adminKey, "1") // the leader trusts it from a node only
+	}
 	if s.cfg.NodeToken != "" {
 		// This node checked the caller's rights; the next trusts the node.
 		out.Set("authorization", "Bearer "+s.cfg.NodeToken)

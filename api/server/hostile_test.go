@@ -38,11 +38,17 @@ func TestHostileInput(t *testing.T) {
 	}
 	defer cc.Close()
 	lc := pb.NewLocksClient(cc)
+	secrets := map[uint64][]byte{}
+	var secretsMu sync.Mutex
+	secretOf := func(id uint64) []byte { secretsMu.Lock(); defer secretsMu.Unlock(); return secrets[id] }
 	open := func(ns string) uint64 {
 		s, err := lc.OpenSession(ctx, &pb.OpenSessionRequest{Namespace: ns, Ttl: durationpb.New(10 * time.Minute)}) // no heartbeats here: outlive the test
 		if err != nil {
 			t.Fatal(err)
 		}
+		secretsMu.Lock()
+		secrets[s.SessionId] = s.Secret
+		secretsMu.Unlock()
 		return s.SessionId
 	}
 
@@ -62,9 +68,9 @@ func TestHostileInput(t *testing.T) {
 			case <-tick.C:
 			}
 			t0 := time.Now()
-			_, err := lc.Request(ctx, &pb.LockRequest{Namespace: "bystander", SessionId: id, RequestId: n, Names: []string{"b"}})
+			_, err := lc.Request(ctx, &pb.LockRequest{Namespace: "bystander", SessionId: id, SessionSecret: secretOf(id), RequestId: n, Names: []string{"b"}})
 			if err == nil {
-				_, err = lc.Release(ctx, &pb.ReleaseRequest{Namespace: "bystander", SessionId: id, RequestId: n})
+				_, err = lc.Release(ctx, &pb.ReleaseRequest{Namespace: "bystander", SessionId: id, SessionSecret: secretOf(id), RequestId: n})
 			}
 			if err != nil {
 				t.Errorf("bystander: %v", err)
@@ -75,7 +81,7 @@ func TestHostileInput(t *testing.T) {
 
 	hostile := open("hostile")
 	req := func(id uint64, names ...string) error {
-		_, err := lc.Request(ctx, &pb.LockRequest{Namespace: "hostile", SessionId: hostile, RequestId: id, Names: names})
+		_, err := lc.Request(ctx, &pb.LockRequest{Namespace: "hostile", SessionId: hostile, SessionSecret: secretOf(hostile), RequestId: id, Names: names})
 		return err
 	}
 	wantCode := func(what string, err error, code codes.Code) {
@@ -130,7 +136,7 @@ func TestHostileInput(t *testing.T) {
 						limited++
 						mu.Unlock()
 					} else if err == nil {
-						lc.Abort(ctx, &pb.AbortRequest{Namespace: "hostile", SessionId: hostile, RequestId: id})
+						lc.Abort(ctx, &pb.AbortRequest{Namespace: "hostile", SessionId: hostile, SessionSecret: secretOf(hostile), RequestId: id})
 					}
 				}
 			}(w)
@@ -147,14 +153,14 @@ func TestHostileInput(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		st.Send(&pb.SessionUp{Kind: &pb.SessionUp_Attach{Attach: &pb.Attach{Namespace: "hostile", SessionId: hostile}}})
+		st.Send(&pb.SessionUp{Kind: &pb.SessionUp_Attach{Attach: &pb.Attach{Namespace: "hostile", SessionId: hostile, SessionSecret: secretOf(hostile)}}})
 		// Make events for the session and never read them (the hub cuts
 		// such a stream off once it falls 4096 events behind: see
 		// TestHubCutsOffSlowStreamsAndSkipsSyncedEvents).
 		for i := 0; i < 20; i++ {
 			id := uint64(100_000 + i)
 			if req(id, "evt") == nil {
-				lc.Release(ctx, &pb.ReleaseRequest{Namespace: "hostile", SessionId: hostile, RequestId: id})
+				lc.Release(ctx, &pb.ReleaseRequest{Namespace: "hostile", SessionId: hostile, SessionSecret: secretOf(hostile), RequestId: id})
 			}
 		}
 	})

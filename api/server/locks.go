@@ -12,18 +12,17 @@ import (
 	"github.com/lockcluster/lockcluster/fsm"
 )
 
-// write checks cmd against the replicated limits, proposes it, and, when
-// this node is not the leader, forwards the call instead. Bad input never
-// reaches the log.
-func write[T any](s *Server, ctx context.Context, cmd fsm.Command, fwd func(context.Context, pb.LocksClient) (T, error)) (fsm.Applied, uint64, *T, error) {
-	if err := s.m.Limits().Check(cmd); err != nil {
-		return fsm.Applied{}, 0, nil, toStatus(err)
+// write passes cmd through the gate (admit.go: limits, the session's
+// secret, certain refusals, rates), proposes it once however many copies
+// arrive together, and, when this node is not the leader or cannot decide,
+// forwards the call instead. Bad input never reaches the log.
+func write[T any](s *Server, ctx context.Context, cmd fsm.Command, secret []byte, fwd func(context.Context, pb.LocksClient) (T, error)) (fsm.Applied, uint64, *T, error) {
+	err := s.admit(ctx, cmd, secret)
+	var ap fsm.Applied
+	var idx uint64
+	if err == nil {
+		ap, idx, err = s.proposeOnce(ctx, cmd)
 	}
-	if id := sessionOf(cmd); id != 0 && !s.rate.allow(id, s.cfg.Now()) {
-		return fsm.Applied{}, 0, nil, toStatus(&fsm.Error{Code: fsm.CodeLimit,
-			Msg: fmt.Sprintf("session %d is over the request rate limit of %g per second (burst %g): slow down", id, s.rate.rate, s.rate.burst)})
-	}
-	ap, idx, err := s.propose(ctx, cmd)
 	if err != nil {
 		r, ferr := forward(s, ctx, err, func(ctx context.Context, cc *grpc.ClientConn) (T, error) {
 			return fwd(ctx, pb.NewLocksClient(cc))
@@ -48,20 +47,22 @@ func (s *Server) OpenSession(ctx context.Context, req *pb.OpenSessionRequest) (*
 		ttl = req.Ttl.AsDuration()
 	}
 	// The spec's clientId is a UUID; the leader stamps it into the entry.
-	cmd := &fsm.OpenSession{Namespace: req.Namespace, Label: req.Label, TTL: int64(ttl), ClientID: newClientID()}
-	ap, idx, fwd, err := write(s, ctx, cmd, func(ctx context.Context, c pb.LocksClient) (*pb.OpenSessionResponse, error) {
+	// The secret goes back to the caller only; the log keeps its hash.
+	secret := newSecret()
+	cmd := &fsm.OpenSession{Namespace: req.Namespace, Label: req.Label, TTL: int64(ttl), ClientID: newClientID(), SecretHash: fsm.HashSecret(secret)}
+	ap, idx, fwd, err := write(s, ctx, cmd, nil, func(ctx context.Context, c pb.LocksClient) (*pb.OpenSessionResponse, error) {
 		return c.OpenSession(ctx, req)
 	})
 	if err != nil || fwd != nil {
 		return deref(fwd), err
 	}
-	return &pb.OpenSessionResponse{SessionId: ap.Result.Session, ClientId: ap.Result.ClientID, Ttl: durationpb.New(ttl), Index: idx}, nil
+	return &pb.OpenSessionResponse{SessionId: ap.Result.Session, ClientId: ap.Result.ClientID, Ttl: durationpb.New(ttl), Index: idx, Secret: secret}, nil
 }
 
 func (s *Server) CloseSession(ctx context.Context, req *pb.CloseSessionRequest) (*pb.CloseSessionResponse, error) {
 	start := s.cfg.Now()
 	cmd := &fsm.CloseSession{Session: req.SessionId, Namespace: req.Namespace}
-	ap, idx, fwd, err := write(s, ctx, cmd, func(ctx context.Context, c pb.LocksClient) (*pb.CloseSessionResponse, error) {
+	ap, idx, fwd, err := write(s, ctx, cmd, req.SessionSecret, func(ctx context.Context, c pb.LocksClient) (*pb.CloseSessionResponse, error) {
 		return c.CloseSession(ctx, req)
 	})
 	if err != nil || fwd != nil {
@@ -82,7 +83,7 @@ func (s *Server) Request(ctx context.Context, req *pb.LockRequest) (*pb.LockResp
 	}
 	cmd := &fsm.Request{Session: req.SessionId, Namespace: req.Namespace, RequestID: req.RequestId, Names: req.Names, Mode: mode,
 		IfAvailable: req.IfAvailable, Steal: req.Steal, Signal: req.Signal, AckBelow: req.AckBelow}
-	ap, idx, fwd, err := write(s, ctx, cmd, func(ctx context.Context, c pb.LocksClient) (*pb.LockResponse, error) {
+	ap, idx, fwd, err := write(s, ctx, cmd, req.SessionSecret, func(ctx context.Context, c pb.LocksClient) (*pb.LockResponse, error) {
 		return c.Request(ctx, req)
 	})
 	if err != nil || fwd != nil {
@@ -97,7 +98,7 @@ func (s *Server) Request(ctx context.Context, req *pb.LockRequest) (*pb.LockResp
 func (s *Server) Release(ctx context.Context, req *pb.ReleaseRequest) (*pb.ReleaseResponse, error) {
 	start := s.cfg.Now()
 	cmd := &fsm.Release{Session: req.SessionId, Namespace: req.Namespace, RequestID: req.RequestId, Token: req.Token, AckBelow: req.AckBelow}
-	ap, idx, fwd, err := write(s, ctx, cmd, func(ctx context.Context, c pb.LocksClient) (*pb.ReleaseResponse, error) {
+	ap, idx, fwd, err := write(s, ctx, cmd, req.SessionSecret, func(ctx context.Context, c pb.LocksClient) (*pb.ReleaseResponse, error) {
 		return c.Release(ctx, req)
 	})
 	if err != nil || fwd != nil {
@@ -111,7 +112,7 @@ func (s *Server) Release(ctx context.Context, req *pb.ReleaseRequest) (*pb.Relea
 func (s *Server) Abort(ctx context.Context, req *pb.AbortRequest) (*pb.AbortResponse, error) {
 	start := s.cfg.Now()
 	cmd := &fsm.Abort{Session: req.SessionId, Namespace: req.Namespace, RequestID: req.RequestId, Reason: req.Reason, AckBelow: req.AckBelow}
-	ap, idx, fwd, err := write(s, ctx, cmd, func(ctx context.Context, c pb.LocksClient) (*pb.AbortResponse, error) {
+	ap, idx, fwd, err := write(s, ctx, cmd, req.SessionSecret, func(ctx context.Context, c pb.LocksClient) (*pb.AbortResponse, error) {
 		return c.Abort(ctx, req)
 	})
 	if err != nil || fwd != nil {
@@ -157,6 +158,13 @@ func deref[T any](p *T) T {
 	return *p
 }
 
+// newSecret returns a session secret: 256 random bits.
+func newSecret() []byte {
+	b := make([]byte, 32)
+	_, _ = rand.Read(b)
+	return b
+}
+
 // newClientID returns a random (version 4) UUID.
 func newClientID() string {
 	var b [16]byte
@@ -164,17 +172,4 @@ func newClientID() string {
 	b[6] = b[6]&0x0f | 0x40
 	b[8] = b[8]&0x3f | 0x80
 	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
-}
-
-// sessionOf is the session a rate-limited write belongs to.
-func sessionOf(cmd fsm.Command) uint64 {
-	switch c := cmd.(type) {
-	case *fsm.Request:
-		return c.Session
-	case *fsm.Release:
-		return c.Session
-	case *fsm.Abort:
-		return c.Session
-	}
-	return 0
 }

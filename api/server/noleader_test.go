@@ -55,7 +55,7 @@ func TestStreamSaysAtOnceWhenNoLeaderKnown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := st.Send(&pb.SessionUp{Kind: &pb.SessionUp_Attach{Attach: &pb.Attach{Namespace: "noleader", SessionId: s.SessionId, MinIndex: s.Index}}}); err != nil {
+	if err := st.Send(&pb.SessionUp{Kind: &pb.SessionUp_Attach{Attach: &pb.Attach{Namespace: "noleader", SessionId: s.SessionId, MinIndex: s.Index, SessionSecret: s.Secret}}}); err != nil {
 		t.Fatal(err)
 	}
 	if m, err := st.Recv(); err != nil || m.GetSynced() == nil {

@@ -5,13 +5,13 @@ import (
 	"time"
 )
 
-// rateLimiter bounds the writes of each session on this node with a token
-// bucket per session; buckets idle for a minute are dropped.
-type rateLimiter struct {
+// rateLimiter bounds writes with a token bucket per key (a session, a
+// namespace); buckets idle for a minute are dropped.
+type rateLimiter[K comparable] struct {
 	rate  float64
 	burst float64
 	mu    sync.Mutex
-	b     map[uint64]*bucket
+	b     map[K]*bucket
 	swept time.Time
 }
 
@@ -20,7 +20,7 @@ type bucket struct {
 	last   time.Time
 }
 
-func newRateLimiter(rate float64, burst int) *rateLimiter {
+func newRateLimiter[K comparable](rate float64, burst int) *rateLimiter[K] {
 	if rate <= 0 {
 		return nil
 	}
@@ -30,11 +30,11 @@ func newRateLimiter(rate float64, burst int) *rateLimiter {
 			burst = 1
 		}
 	}
-	return &rateLimiter{rate: rate, burst: float64(burst), b: map[uint64]*bucket{}}
+	return &rateLimiter[K]{rate: rate, burst: float64(burst), b: map[K]*bucket{}}
 }
 
-// allow takes one token from the session's bucket.
-func (r *rateLimiter) allow(session uint64, now time.Time) bool {
+// allow takes one token from key's bucket.
+func (r *rateLimiter[K]) allow(key K, now time.Time) bool {
 	if r == nil {
 		return true
 	}
@@ -48,10 +48,10 @@ func (r *rateLimiter) allow(session uint64, now time.Time) bool {
 		}
 		r.swept = now
 	}
-	b := r.b[session]
+	b := r.b[key]
 	if b == nil {
 		b = &bucket{tokens: r.burst, last: now}
-		r.b[session] = b
+		r.b[key] = b
 	}
 	b.tokens = min(r.burst, b.tokens+now.Sub(b.last).Seconds()*r.rate)
 	b.last = now

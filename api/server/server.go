@@ -45,6 +45,15 @@ type Config struct {
 	// (0: no bound); SessionBurst is the burst allowed above it.
 	SessionRate  float64
 	SessionBurst int
+	// NamespaceRate bounds the writes per second one namespace may put in
+	// the log, checked by the leader (0: no bound); NamespaceBurst is the
+	// burst allowed above it.
+	NamespaceRate  float64
+	NamespaceBurst int
+	// IsAdmin reports whether a call carries an admin credential with auth
+	// on (nil, or auth off: never). An admin may release, abort or close
+	// any session without its secret; it is audited.
+	IsAdmin func(context.Context) bool
 	// StreamBacklogBytes caps the events a session stream has not sent yet,
 	// in encoded bytes (default DefaultStreamBacklogBytes); a stream that
 	// falls further behind is cut and its client resynchronises.
@@ -79,7 +88,9 @@ type Server struct {
 	hub     *hub
 	peers   *peers
 	touches *touchBatcher
-	rate    *rateLimiter
+	rate    *rateLimiter[uint64] // per session
+	nsRate  *rateLimiter[string] // per namespace, on the leader
+	gate    gate                 // admit.go
 	log     hclog.Logger
 	done    chan struct{} // closed when Run returns: streams end
 }
@@ -110,7 +121,9 @@ func New(cfg Config) *Server {
 	s.peers = newPeers(cfg.DialOptions)
 	s.tracker = session.New(session.Config{Expirer: expirer{s}, Tick: cfg.SessionTick, Logger: cfg.Logger.Named("session"), Now: cfg.Now})
 	s.touches = newTouchBatcher(s, cfg.HeartbeatFlush)
-	s.rate = newRateLimiter(cfg.SessionRate, cfg.SessionBurst)
+	s.rate = newRateLimiter[uint64](cfg.SessionRate, cfg.SessionBurst)
+	s.nsRate = newRateLimiter[string](cfg.NamespaceRate, cfg.NamespaceBurst)
+	s.gate.init()
 	return s
 }
 

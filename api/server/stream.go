@@ -43,6 +43,10 @@ func (s *Server) Session(stream pb.Locks_SessionServer) error {
 	if err != nil {
 		return status.Errorf(codes.Unavailable, "this node has not yet applied index %d that the client has seen: try another node", at.MinIndex)
 	}
+	// The node's state is as new as the caller's: the secret check is final.
+	if err := s.m.CheckSession(at.SessionId, at.Namespace, at.SessionSecret); err != nil {
+		return toStatus(err)
+	}
 	var synced *pb.Synced
 	sub, err := s.hub.subscribe(at.SessionId, func() (uint64, error) {
 		info, ok := s.m.Session(at.SessionId)

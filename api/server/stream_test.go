@@ -37,7 +37,7 @@ func TestStreamLeavesOutRepliedOutcomes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := st.Send(&pb.SessionUp{Kind: &pb.SessionUp_Attach{Attach: &pb.Attach{Namespace: "stream", SessionId: s.SessionId, MinIndex: s.Index}}}); err != nil {
+		if err := st.Send(&pb.SessionUp{Kind: &pb.SessionUp_Attach{Attach: &pb.Attach{Namespace: "stream", SessionId: s.SessionId, MinIndex: s.Index, SessionSecret: s.Secret}}}); err != nil {
 			t.Fatal(err)
 		}
 		if m, err := st.Recv(); err != nil || m.GetSynced() == nil {
@@ -46,7 +46,7 @@ func TestStreamLeavesOutRepliedOutcomes(t *testing.T) {
 		name := []string{"n" + string(rune('0'+i))}
 		call := func(want pb.Status, req *pb.LockRequest) {
 			t.Helper()
-			req.Namespace, req.SessionId, req.Names = "stream", s.SessionId, name
+			req.Namespace, req.SessionId, req.SessionSecret, req.Names = "stream", s.SessionId, s.Secret, name
 			r, err := lc.Request(ctx, req)
 			if err != nil || r.Status != want {
 				t.Fatalf("node %d: request %d: %v, %v: want %v", i, req.RequestId, r, err, want)
@@ -54,7 +54,7 @@ func TestStreamLeavesOutRepliedOutcomes(t *testing.T) {
 		}
 		release := func(id uint64) {
 			t.Helper()
-			if _, err := lc.Release(ctx, &pb.ReleaseRequest{Namespace: "stream", SessionId: s.SessionId, RequestId: id}); err != nil {
+			if _, err := lc.Release(ctx, &pb.ReleaseRequest{Namespace: "stream", SessionId: s.SessionId, SessionSecret: s.Secret, RequestId: id}); err != nil {
 				t.Fatalf("node %d: release %d: %v", i, id, err)
 			}
 		}

@@ -74,6 +74,7 @@ func (r *IdleResult) write(w io.Writer) {
 
 type idleSession struct {
 	id      uint64
+	secret  []byte
 	cc      *grpc.ClientConn
 	index   uint64
 	stream  atomic.Pointer[sessionStream] // nil: the sender reattaches
@@ -255,7 +256,7 @@ func (r *idleRun) open(ctx context.Context, s *idleSession) error {
 		r.retries.Add(1)
 		sleepCtx(octx, backoff)
 	}
-	s.id, s.index = resp.SessionId, resp.Index
+	s.id, s.index, s.secret = resp.SessionId, resp.Index, resp.Secret
 	s.acked.Store(int64(r.now()))
 	for backoff := 50 * time.Millisecond; ; backoff = min(2*backoff, time.Second) {
 		err := r.attach(ctx, s) // the stream lives as long as the run
@@ -273,7 +274,7 @@ func (r *idleRun) attach(ctx context.Context, s *idleSession) error {
 	if err != nil {
 		return err
 	}
-	if err := st.Send(&pb.SessionUp{Kind: &pb.SessionUp_Attach{Attach: &pb.Attach{Namespace: r.cfg.Namespace, SessionId: s.id, MinIndex: s.index}}}); err != nil {
+	if err := st.Send(&pb.SessionUp{Kind: &pb.SessionUp_Attach{Attach: &pb.Attach{Namespace: r.cfg.Namespace, SessionId: s.id, MinIndex: s.index, SessionSecret: s.secret}}}); err != nil {
 		return err
 	}
 	m, err := st.Recv()
@@ -399,7 +400,7 @@ func (r *idleRun) closeAll(ss []*idleSession) {
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			_, _ = pb.NewLocksClient(s.cc).CloseSession(ctx, &pb.CloseSessionRequest{Namespace: r.cfg.Namespace, SessionId: s.id})
+			_, _ = pb.NewLocksClient(s.cc).CloseSession(ctx, &pb.CloseSessionRequest{Namespace: r.cfg.Namespace, SessionId: s.id, SessionSecret: s.secret})
 		}()
 	}
 	wg.Wait()

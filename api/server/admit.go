@@ -1,0 +1,263 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+
+	"github.com/lockcluster/lockcluster/fsm"
+	"github.com/lockcluster/lockcluster/raftnode"
+)
+
+// What is refused before the log (SPEC §9: bad input never reaches the
+// log). Every write first passes the gate: the replicated limits, the
+// session's secret (a session is a capability: SPEC §10), the refusals the
+// applied state makes certain (sessions per namespace, pending per
+// session), the per-session and per-namespace write rates; then copies of
+// one (session, request id) that arrive together propose once. The FSM
+// keeps its own checks: a request can race with the entries before it.
+
+// adminKey carries, on a forwarded call, that the original caller holds an
+// admin credential. It is trusted only from a caller that holds one itself
+// (a node).
+const adminKey = "lockcluster-admin-caller"
+
+// adminCaller reports whether the call's caller holds an admin credential
+// (never with auth off).
+func (s *Server) adminCaller(ctx context.Context) bool {
+	if s.cfg.IsAdmin == nil || !s.cfg.IsAdmin(ctx) {
+		return false
+	}
+	if !isForwarded(ctx) {
+		return true
+	}
+	md, _ := metadata.FromIncomingContext(ctx)
+	v := md.Get(adminKey)
+	return len(v) == 1 && v[0] == "1"
+}
+
+// sessionScoped returns the session a write acts for, and whether an admin
+// may act for it without its secret.
+func sessionScoped(cmd fsm.Command) (id uint64, ns string, adminMay, ok bool) {
+	switch c := cmd.(type) {
+	case *fsm.Request:
+		return c.Session, c.Namespace, false, true
+	case *fsm.Release:
+		return c.Session, c.Namespace, true, true
+	case *fsm.Abort:
+		return c.Session, c.Namespace, true, true
+	case *fsm.CloseSession:
+		return c.Session, c.Namespace, true, true
+	}
+	return 0, "", false, false
+}
+
+// checkSecret decides whether the caller may act for session id in ns.
+// It returns nil, a refusal (a status error), or an error that says this
+// node's state is not new enough to decide and it is not the leader
+// (errors.Is raftnode.ErrNotLeader): the caller forwards then.
+func (s *Server) checkSecret(ctx context.Context, id uint64, ns string, secret []byte) error {
+	err := s.m.CheckSession(id, ns, secret)
+	if err == nil || err.Code == fsm.CodeSessionClosed || s.m.SessionKnown(id) {
+		return errOrNil(err)
+	}
+	// Not known here: this node may be behind the caller. Catch up with
+	// everything committed (a read barrier on the leader), then decide.
+	node := s.node.Load()
+	if node == nil {
+		return toStatus(raftnode.ErrShutdown)
+	}
+	if rerr := node.ReadBarrier(ctx); rerr != nil {
+		return rerr
+	}
+	return errOrNil(s.m.CheckSession(id, ns, secret))
+}
+
+func errOrNil(err *fsm.Error) error {
+	if err == nil {
+		return nil
+	}
+	return toStatus(err)
+}
+
+// admit is the gate. A nil error lets cmd go to the log; an error that is
+// errors.Is raftnode.ErrNotLeader sends the call to the leader; any other
+// is the answer.
+func (s *Server) admit(ctx context.Context, cmd fsm.Command, secret []byte) error {
+	if err := s.m.Limits().Check(cmd); err != nil {
+		return toStatus(err)
+	}
+	if id, ns, adminMay, ok := sessionScoped(cmd); ok {
+		if adminMay && len(secret) == 0 && s.adminCaller(ctx) {
+			s.log.Named("audit").Info("admin acts for a session without its secret",
+				"op", cmd.Type().String(), "namespace", ns, "session", id, "caller", callerName(ctx))
+		} else if err := s.checkSecret(ctx, id, ns, secret); err != nil {
+			return err
+		}
+	}
+	if err := s.m.Precheck(cmd); err != nil {
+		return toStatus(err)
+	}
+	if id, _, _, ok := sessionScoped(cmd); ok && !s.rate.allow(id, s.cfg.Now()) {
+		return toStatus(&fsm.Error{Code: fsm.CodeLimit,
+			Msg: fmt.Sprintf("session %d is over the request rate limit of %g per second (burst %g): slow down", id, s.rate.rate, s.rate.burst)})
+	}
+	if node := s.node.Load(); node != nil && node.IsLeader() {
+		ns := namespaceOf(cmd)
+		if !s.nsRate.allow(ns, s.cfg.Now()) {
+			return toStatus(&fsm.Error{Code: fsm.CodeLimit,
+				Msg: fmt.Sprintf("namespace %s is over its write rate limit of %g per second (burst %g): slow down", strconv.Quote(ns), s.nsRate.rate, s.nsRate.burst)})
+		}
+	}
+	return nil
+}
+
+func namespaceOf(cmd fsm.Command) string {
+	switch c := cmd.(type) {
+	case *fsm.OpenSession:
+		return c.Namespace
+	case *fsm.CloseSession:
+		return c.Namespace
+	case *fsm.Request:
+		return c.Namespace
+	case *fsm.Release:
+		return c.Namespace
+	case *fsm.Abort:
+		return c.Namespace
+	}
+	return ""
+}
+
+// callerName names the caller for the audit log: its peer address, and for
+// a forwarded call the node that forwarded it. Never a credential.
+func callerName(ctx context.Context) string {
+	md, _ := metadata.FromIncomingContext(ctx)
+	if v := md.Get(forwardedKey); len(v) > 0 {
+		return "forwarded by " + v[0]
+	}
+	return peerAddr(ctx)
+}
+
+// gate holds what is in flight on this node: OpenSession proposals per
+// namespace (so that a burst of opens over the sessions limit cannot all
+// pass the applied-state check), and the proposals of each (session,
+// request id), so that copies of one request propose once.
+type gate struct {
+	mu       sync.Mutex
+	opening  map[string]int64
+	proposed map[flightKey]*flight
+}
+
+type flightKey struct {
+	t         fsm.EntryType
+	session   uint64
+	requestID uint64
+}
+
+type flight struct {
+	done chan struct{}
+	ap   fsm.Applied
+	idx  uint64
+	err  error
+}
+
+func (g *gate) init() {
+	g.opening = map[string]int64{}
+	g.proposed = map[flightKey]*flight{}
+}
+
+func keyOf(cmd fsm.Command) (flightKey, bool) {
+	switch c := cmd.(type) {
+	case *fsm.Request:
+		return flightKey{c.Type(), c.Session, c.RequestID}, true
+	case *fsm.Release:
+		return flightKey{c.Type(), c.Session, c.RequestID}, true
+	case *fsm.Abort:
+		return flightKey{c.Type(), c.Session, c.RequestID}, true
+	}
+	return flightKey{}, false
+}
+
+// errSessionsFull is the certain refusal of an OpenSession over the
+// sessions limit, counting the opens in flight.
+func (s *Server) reserveOpen(c *fsm.OpenSession) (release func(), err error) {
+	lim := s.m.Limits().MaxSessionsPerNamespace
+	if lim <= 0 {
+		return func() {}, nil
+	}
+	g := &s.gate
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	n := s.m.SessionsIn(c.Namespace) + g.opening[c.Namespace]
+	if n >= lim {
+		return nil, toStatus(&fsm.Error{Code: fsm.CodeLimit,
+			Msg: fmt.Sprintf("namespace %s has %d sessions (open or opening), the limit", strconv.Quote(c.Namespace), n)})
+	}
+	g.opening[c.Namespace]++
+	return func() {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		if g.opening[c.Namespace]--; g.opening[c.Namespace] <= 0 {
+			delete(g.opening, c.Namespace)
+		}
+	}, nil
+}
+
+// proposeOnce proposes cmd, unless a proposal of the same (session,
+// request id) is in flight on this node: then it waits for that one's
+// outcome (the FSM would answer the copy as a duplicate anyway).
+func (s *Server) proposeOnce(ctx context.Context, cmd fsm.Command) (fsm.Applied, uint64, error) {
+	if o, ok := cmd.(*fsm.OpenSession); ok {
+		release, err := s.reserveOpen(o)
+		if err != nil {
+			return fsm.Applied{}, 0, err
+		}
+		defer release()
+		return s.propose(ctx, cmd)
+	}
+	key, ok := keyOf(cmd)
+	if !ok {
+		return s.propose(ctx, cmd)
+	}
+	// A retry of a request the leader has applied is answered from its
+	// state, as Apply would answer the copy.
+	if r, isReq := cmd.(*fsm.Request); isReq {
+		if node := s.node.Load(); node != nil && node.IsLeader() {
+			if res, known := s.m.Outcome(r.Session, r.Namespace, r.RequestID); known {
+				return fsm.Applied{Result: res}, s.m.LastIndex(), nil
+			}
+		}
+	}
+	g := &s.gate
+	g.mu.Lock()
+	if f := g.proposed[key]; f != nil {
+		g.mu.Unlock()
+		select {
+		case <-f.done:
+			return f.ap, f.idx, f.err
+		case <-ctx.Done():
+			return fsm.Applied{}, 0, fmt.Errorf("%w: waiting for the same request's proposal: %v", raftnode.ErrOutcomeUnknown, ctx.Err())
+		}
+	}
+	f := &flight{done: make(chan struct{})}
+	g.proposed[key] = f
+	g.mu.Unlock()
+	f.ap, f.idx, f.err = s.propose(ctx, cmd)
+	g.mu.Lock()
+	delete(g.proposed, key)
+	g.mu.Unlock()
+	close(f.done)
+	return f.ap, f.idx, f.err
+}
+
+// peerAddr is the caller's network address, or "unknown".
+func peerAddr(ctx context.Context) string {
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		return p.Addr.String()
+	}
+	return "unknown"
+}
