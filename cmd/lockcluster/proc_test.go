@@ -99,6 +99,15 @@ func startProcsWith(t *testing.T, n int, extra func(id string) []string, opts []
 		pc.start(p)
 	}
 	t.Cleanup(func() {
+		var running []string
+		for _, p := range pc.nodes {
+			select {
+			case <-p.done:
+			default:
+				running = append(running, p.http)
+			}
+		}
+		checkAppliedHashes(t, running) // hashcheck_test.go: the replicas never diverged
 		for _, p := range pc.nodes {
 			pc.signal(p, syscall.SIGTERM)
 		}

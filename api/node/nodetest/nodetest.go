@@ -38,6 +38,11 @@ type Cluster struct {
 	Nodes []*node.Node // nil where a node is stopped
 	cfgs  []node.Config
 	log   hclog.Logger
+	// hashCheck: compare the nodes' applied hashes (hashcheck.go);
+	// diverged: what differed so far.
+	hashCheck  bool
+	diverged   []string
+	comparedAt int // the most nodes one comparison covered
 }
 
 // Options tune a test cluster.
@@ -48,6 +53,10 @@ type Options struct {
 	Quiet bool
 	// Node, if set, adjusts each node's configuration before it starts.
 	Node func(*node.Config)
+	// NoHashCheck: do not compare the nodes' running hashes of applied
+	// entries (hashcheck.go). Only for a test that makes a replica diverge
+	// on purpose; one that sets $LOCKCLUSTER_TEST_DIVERGE need not say it.
+	NoHashCheck bool
 }
 
 type testWriter struct {
@@ -77,12 +86,24 @@ func Start(t T, n int, opts Options) *Cluster {
 	if opts.Quiet {
 		out = io.Discard
 	}
-	c := &Cluster{t: t, log: hclog.New(&hclog.LoggerOptions{Name: "test", Output: out, Level: hclog.Info})}
+	c := &Cluster{t: t, log: hclog.New(&hclog.LoggerOptions{Name: "test", Output: out, Level: hclog.Info}), hashCheck: !opts.NoHashCheck}
+	if os.Getenv(plantEnv) != "" && c.hashCheck {
+		c.hashCheck = false
+		t.Log("nodetest: " + plantEnv + " plants a divergence: the applied hashes are not compared")
+	}
 	t.Cleanup(func() {
+		// Every multi-node test checks that its replicas never diverged:
+		// compared before the nodes stop, failed after.
+		if c.hashCheck {
+			c.compareRunning(hashCatchUp)
+		}
 		c.StopAll()
 		w.mu.Lock()
 		w.done = true
 		w.mu.Unlock()
+		if problem := c.hashReport(); problem != "" {
+			t.Fatalf("%s", problem)
+		}
 	})
 	dir := t.TempDir()
 	for i := 0; i < n; i++ {
@@ -179,6 +200,9 @@ func (c *Cluster) WaitLeader(d time.Duration) int {
 // Stop stops node i gracefully.
 func (c *Cluster) Stop(i int) {
 	c.t.Helper()
+	if c.hashCheck {
+		c.compareRunning(0) // hashcheck.go: node i among them, for the last time
+	}
 	c.mu.Lock()
 	nd := c.Nodes[i]
 	c.Nodes[i] = nil
