@@ -118,7 +118,6 @@ type nodeDigest struct {
 	// e.g. restored from a snapshot written before it had one).
 	AppliedIndex *uint64 `json:"applied_index"`
 	AppliedHash  string  `json:"applied_hash"`
-	HashBase     uint64  `json:"hash_base"`
 	// Diverged is why the node fenced itself (a checkpoint did not match
 	// its own hash), "" if it did not.
 	Diverged string `json:"diverged"`

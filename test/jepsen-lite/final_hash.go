@@ -91,8 +91,8 @@ func appliedHashes(ctx context.Context, c Cluster, bound, every time.Duration) O
 			problems = append(problems, fmt.Sprintf("%s answered ?at=%d with at_index %d", d.ID, at, d.AtIndex))
 			continue
 		case d.AtHash == "":
-			problems = append(problems, fmt.Sprintf("%s has no hash at index %d: %s (applied %v, applied_hash %q, hash_base %d)",
-				d.ID, at, d.AtError, deref(d.AppliedIndex), d.AppliedHash, d.HashBase))
+			problems = append(problems, fmt.Sprintf("%s has no hash at index %d: %s (applied %v, applied_hash %q)",
+				d.ID, at, d.AtError, deref(d.AppliedIndex), d.AppliedHash))
 			continue
 		}
 		if d.Diverged != "" && ds[i].Diverged == "" {

@@ -42,7 +42,7 @@ func (fn *fakeNode) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if fn.unknown {
 			h = ""
 		}
-		resp["applied_index"], resp["applied_hash"], resp["hash_base"], resp["diverged"] = applied, h, 0, fn.diverged
+		resp["applied_index"], resp["applied_hash"], resp["diverged"] = applied, h, fn.diverged
 		if at := r.URL.Query().Get("at"); at != "" {
 			n, _ := strconv.ParseUint(at, 10, 64)
 			resp["at_index"] = n
