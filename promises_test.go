@@ -62,8 +62,8 @@ func TestUnknownModeIsTypeError(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer raw.CloseSession(ctx, &pb.CloseSessionRequest{Namespace: "default", SessionId: s.SessionId})
-	_, err = raw.Request(ctx, &pb.LockRequest{Namespace: "default", SessionId: s.SessionId, RequestId: 1, Names: []string{t.Name()}, Mode: pb.Mode(7)})
+	defer raw.CloseSession(ctx, &pb.CloseSessionRequest{Namespace: "default", SessionId: s.SessionId, SessionSecret: s.Secret})
+	_, err = raw.Request(ctx, &pb.LockRequest{Namespace: "default", SessionId: s.SessionId, SessionSecret: s.Secret, RequestId: 1, Names: []string{t.Name()}, Mode: pb.Mode(7)})
 	if status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("server, mode 7: %v; want InvalidArgument", err)
 	}
@@ -150,7 +150,7 @@ func TestLostHolderHearsAbortError(t *testing.T) {
 			return thief.Request(ctxT(t), name, lockcluster.Options{Steal: true}, func(context.Context, *lockcluster.Lock) error { return nil })
 		}, lockcluster.ErrStolen},
 		{"session-lost", nil, func(cl *lockcluster.Client, _ string) error {
-			_, err := rawLocks(t, c.Addrs()[2]).CloseSession(ctxT(t), &pb.CloseSessionRequest{Namespace: "default", SessionId: cl.SessionID()})
+			_, err := rawLocks(t, c.Addrs()[2]).CloseSession(ctxT(t), &pb.CloseSessionRequest{Namespace: "default", SessionId: cl.SessionID(), SessionSecret: cl.SessionSecret()})
 			return err
 		}, lockcluster.ErrSessionLost},
 	} {

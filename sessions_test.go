@@ -31,7 +31,7 @@ func TestDeadClientIsExpired(t *testing.T) {
 		t.Fatal(err)
 	}
 	name := t.Name()
-	r, err := raw.Request(ctx, &pb.LockRequest{Namespace: "default", SessionId: s.SessionId, RequestId: 1, Names: []string{name}})
+	r, err := raw.Request(ctx, &pb.LockRequest{Namespace: "default", SessionId: s.SessionId, SessionSecret: s.Secret, RequestId: 1, Names: []string{name}})
 	if err != nil || r.Status != pb.Status_STATUS_GRANTED {
 		t.Fatalf("dead client's request: %v %v", r, err)
 	}

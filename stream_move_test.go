@@ -129,12 +129,12 @@ func TestSessionNotOpenEndsTheSession(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	old := cl.SessionID()
+	old, secret := cl.SessionID(), cl.SessionSecret()
 	// The stream hears nothing more, and the session is closed behind the
 	// client's back (as the leader expires one).
 	tp.frozen.Store(true)
 	raw := rawLocks(t, c.Addrs()[1])
-	if _, err := raw.CloseSession(ctx, &pb.CloseSessionRequest{Namespace: "default", SessionId: old}); err != nil {
+	if _, err := raw.CloseSession(ctx, &pb.CloseSessionRequest{Namespace: "default", SessionId: old, SessionSecret: secret}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := cl.Acquire(ctx, name, lockcluster.Options{}); !errors.Is(err, lockcluster.ErrSessionClosed) {

@@ -97,7 +97,7 @@ func TestPlantedDivergenceFencesTheNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := stream.Send(&pb.SessionUp{Kind: &pb.SessionUp_Attach{Attach: &pb.Attach{Namespace: "ns", SessionId: open.SessionId, MinIndex: open.Index}}}); err != nil {
+	if err := stream.Send(&pb.SessionUp{Kind: &pb.SessionUp_Attach{Attach: &pb.Attach{Namespace: "ns", SessionId: open.SessionId, MinIndex: open.Index, SessionSecret: open.Secret}}}); err != nil {
 		t.Fatal(err)
 	}
 

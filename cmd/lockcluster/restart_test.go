@@ -103,7 +103,7 @@ func TestRetryAcrossFailoverNeverQueuesTwice(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	req := &pb.LockRequest{Namespace: "default", SessionId: s.SessionId, RequestId: 7, Names: []string{"x"}, Signal: true}
+	req := &pb.LockRequest{Namespace: "default", SessionId: s.SessionId, SessionSecret: s.Secret, RequestId: 7, Names: []string{"x"}, Signal: true}
 	r1, err := first.Request(ctx, req)
 	if err != nil || r1.Status != pb.Status_STATUS_QUEUED {
 		t.Fatalf("first try: %v %v", r1, err)

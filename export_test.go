@@ -1,0 +1,12 @@
+package lockcluster
+
+// SessionSecret returns the current session's secret, for tests that act
+// on the session behind the client's back (as an expiry would). Only the
+// tests see it.
+func (c *Client) SessionSecret() []byte {
+	s, _ := c.live()
+	if s == nil {
+		return nil
+	}
+	return s.secret
+}
