@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/pprof"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -27,6 +28,8 @@ type benchFlags struct {
 	keep         bool
 	trialGap     time.Duration
 	cpuProfile   string
+	opens        int
+	floodWorkers int
 }
 
 func newBench(g *globals) *cobra.Command {
@@ -47,6 +50,10 @@ directory). Workloads:
   idle         --sessions sessions that only heartbeat: heartbeat cost, expiries
   failover     kill the leader --trials times under load (--local only)
   held         acquire --locks locks and keep them: each node's memory
+  flood        a tenant makes --opens OpenSession calls far over its sessions
+               limit (--local sets it to 1000) while --workers lock in another
+               namespace: their latency quiet and flooded, and the log entries
+               the flood added
 
 It reports acquire+release pairs per second and the p50/p90/p99/p99.9 of the
 acquire latency and of the hand-off (release started → next holder told), and
@@ -88,6 +95,8 @@ with --local each node's CPU and RSS. Progress goes to stderr once a second;
 	fl.BoolVar(&f.keep, "keep", false, "--local: keep the nodes' data directories and logs")
 	fl.StringVar(&f.cpuProfile, "cpuprofile", "", "write this process's (the load generator's) CPU profile here; profile the nodes with 'serve --enable-pprof'")
 	fl.IntVar(&f.connsPerNode, "conns-per-node", 8, "idle: connections per node that carry the session streams")
+	fl.IntVar(&f.opens, "opens", 100_000, "flood: OpenSession calls the flooding tenant makes")
+	fl.IntVar(&f.floodWorkers, "flood-workers", 64, "flood: concurrent flooding callers")
 	return cmd
 }
 
@@ -116,8 +125,12 @@ func runBench(g *globals, f *benchFlags, command string) error {
 			}
 		}
 		fmt.Fprintln(os.Stderr, "starting a local 3-node cluster...")
+		args := f.serveArgs
+		if f.cfg.Workload == bench.Flood && !slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--limit-sessions-per-namespace") }) {
+			args = append(args, "--limit-sessions-per-namespace=1000")
+		}
 		var err error
-		if cluster, err = bench.StartLocal(ctx, bin, 3, f.serveArgs); err != nil {
+		if cluster, err = bench.StartLocal(ctx, bin, 3, args); err != nil {
 			return err
 		}
 		cluster.Keep = f.keep
@@ -153,6 +166,19 @@ func runBench(g *globals, f *benchFlags, command string) error {
 		if err == nil {
 			res.SessionsLost = res.Failover.SessionsLost
 		}
+	case bench.Flood:
+		fc := bench.FloodConfig{Driver: d, Endpoints: addrs, FloodNamespace: g.namespace + "-flood", Opens: f.opens, FloodWorkers: f.floodWorkers,
+			Workers: cfg.Workers, Duration: cfg.Duration, Prefix: cfg.Prefix, Progress: os.Stderr}
+		if cluster != nil {
+			fc.LogIndex = func(ctx context.Context) (uint64, error) {
+				i, err := cluster.Leader(ctx, 5*time.Second)
+				if err != nil {
+					return 0, err
+				}
+				return bench.DigestIndex(ctx, cluster.Nodes[i].HTTP, "")
+			}
+		}
+		res.Flood, err = bench.RunFlood(ctx, fc)
 	case bench.HeldLocks:
 		hc := bench.HeldConfig{Driver: d, Sessions: cfg.Sessions, Locks: cfg.Locks, Workers: cfg.Workers, Prefix: cfg.Prefix, Hold: cfg.Hold, Progress: os.Stderr}
 		if cluster != nil {

@@ -19,7 +19,7 @@ const (
 )
 
 // Workloads lists every workload, in the order reports use.
-var Workloads = []string{Uncontended, Contended, RW, IfAvailable, Churn, Idle, Failover, HeldLocks}
+var Workloads = []string{Uncontended, Contended, RW, IfAvailable, Churn, Idle, Failover, HeldLocks, Flood}
 
 // Config describes one run.
 type Config struct {
