@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"crypto/rand"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -236,5 +237,43 @@ func TestConcurrentCopiesProposeOnce(t *testing.T) {
 	}
 	if added := c.logIndex() - before; added != 1 {
 		t.Errorf("100 copies of one request added %d log entries, want 1", added)
+	}
+}
+
+// A namespace over its write rate is refused before the log, on the
+// leader; another namespace is not affected.
+func TestNamespaceWriteQuota(t *testing.T) {
+	c := nodetest.Start(t, 1, nodetest.Options{Quiet: true, Node: func(cfg *node.Config) {
+		cfg.Server.NamespaceRate, cfg.Server.NamespaceBurst = 1, 5
+		cfg.Server.SessionRate = 0
+	}})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := grpc.NewClient(c.Addrs()[0], grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	lc := pb.NewLocksClient(conn)
+	c.WaitLeader(10 * time.Second)
+	var limited int
+	var msg string
+	for range 20 {
+		_, err := lc.OpenSession(ctx, &pb.OpenSessionRequest{Namespace: "greedy"})
+		if status.Code(err) == codes.ResourceExhausted {
+			limited++
+			msg = status.Convert(err).Message()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if limited < 10 {
+		t.Fatalf("20 opens at once against a quota of 1/s (burst 5): %d refused", limited)
+	}
+	if !strings.Contains(msg, `namespace "greedy"`) || !strings.Contains(msg, "write rate") {
+		t.Errorf("the refusal %q does not name the namespace and the quota", msg)
+	}
+	if _, err := lc.OpenSession(ctx, &pb.OpenSessionRequest{Namespace: "modest"}); err != nil {
+		t.Fatalf("another namespace: %v", err)
 	}
 }

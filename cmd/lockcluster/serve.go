@@ -37,6 +37,8 @@ type serveConfig struct {
 	memoryLimit                               string
 	sessionRate                               float64
 	sessionBurst                              int64
+	namespaceRate                             float64
+	namespaceBurst                            int64
 	streamBacklog                             int64
 	limits                                    limitSettings
 	auth                                      auth.Config // from the file's auth section only
@@ -87,6 +89,8 @@ func (c *serveConfig) settings() []setting {
 		{key: "max-message-bytes", usage: "largest gRPC message accepted", num: &c.maxMessage},
 		{key: "session-rate", usage: "writes per second one session may make through this node (0: no limit)", float: &c.sessionRate},
 		{key: "session-burst", usage: "writes a session may make at once above session-rate", num: &c.sessionBurst},
+		{key: "namespace-rate", usage: "writes per second one namespace may put in the log, checked by the leader (0: no limit)", float: &c.namespaceRate},
+		{key: "namespace-burst", usage: "writes a namespace may make at once above namespace-rate", num: &c.namespaceBurst},
 		{key: "stream-backlog-bytes", usage: "bytes of events a session stream may fall behind before it is cut (its client resynchronises)", num: &c.streamBacklog},
 		{key: "limit-name-bytes", usage: "cluster limit: bytes in a lock name", num: &c.limits.nameBytes},
 		{key: "limit-scope-names", usage: "cluster limit: names in one request", num: &c.limits.scopeNames},
@@ -106,7 +110,8 @@ func defaultServeConfig() *serveConfig {
 	return &serveConfig{id: host, dataDir: "lockcluster-data", grpcAddr: "127.0.0.1:7700", raftAddr: "127.0.0.1:7701", httpAddr: "127.0.0.1:7702",
 		heartbeat: 500 * time.Millisecond, election: 500 * time.Millisecond, lease: 500 * time.Millisecond, logLevel: "info",
 		checkpointEvery: raftnode.DefaultCheckpointInterval, checkpointEntries: raftnode.DefaultCheckpointEntries,
-		maxMessage: 4 << 20, streamBacklog: server.DefaultStreamBacklogBytes, sessionRate: 5000, sessionBurst: 10000, limits: defaultLimits()}
+		maxMessage: 4 << 20, streamBacklog: server.DefaultStreamBacklogBytes, sessionRate: 5000, sessionBurst: 10000,
+		namespaceRate: 50000, namespaceBurst: 100000, limits: defaultLimits()}
 }
 
 func newServe() *cobra.Command { return serveCommand(defaultServeConfig()) }
@@ -211,6 +216,7 @@ func (c *serveConfig) run() error {
 	}
 	cfg.Server.Limits = &limits
 	cfg.Server.SessionRate, cfg.Server.SessionBurst = c.sessionRate, int(c.sessionBurst)
+	cfg.Server.NamespaceRate, cfg.Server.NamespaceBurst = c.namespaceRate, int(c.namespaceBurst)
 	if c.streamBacklog <= 0 || c.streamBacklog > math.MaxInt32 {
 		return &exitError{code: exitUsage, msg: fmt.Sprintf("--stream-backlog-bytes=%d: want a positive size under 2 GiB", c.streamBacklog)}
 	}
