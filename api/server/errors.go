@@ -79,3 +79,12 @@ func toStatus(err error) error {
 func invalid(msg string) error {
 	return withInfo(codes.InvalidArgument, pb.ErrorReason_INVALID, "TypeError", msg, nil)
 }
+
+// invalidField is a TypeError about one field of an RPC's message, named in
+// the ErrorInfo's metadata ("field") when field is not "".
+func invalidField(field, msg string) error {
+	if field == "" {
+		return invalid(msg)
+	}
+	return withInfo(codes.InvalidArgument, pb.ErrorReason_INVALID, "TypeError", msg, map[string]string{"field": field})
+}
