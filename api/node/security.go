@@ -1,6 +1,7 @@
 package node
 
 import (
+	"context"
 	"crypto/tls"
 	"fmt"
 	"time"
@@ -78,4 +79,13 @@ func (n *Node) secure() error {
 	}
 	cfg.Raft.StreamLayer = sl
 	return nil
+}
+
+// adminCall reports whether a gRPC call carries an admin credential, for
+// the audit log; nil when auth is off.
+func (n *Node) adminCall() func(context.Context) bool {
+	if !n.authz.Enabled() {
+		return nil
+	}
+	return func(ctx context.Context) bool { return n.authz.Admin(auth.CallerOf(ctx)) }
 }
