@@ -64,6 +64,12 @@ func (a *auditor) forwarded(ctx context.Context) bool {
 }
 
 func (a *auditor) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	// A closed session is gone from the state when the call returns: read
+	// who it was first.
+	var closing []any
+	if r, ok := req.(*pb.CloseSessionRequest); ok {
+		closing = a.sessionArgs(r.Namespace, r.SessionId)
+	}
 	resp, err := h(ctx, req)
 	if a.forwarded(ctx) {
 		return resp, err
@@ -95,7 +101,7 @@ func (a *auditor) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo
 		}
 	case *pb.CloseSessionRequest:
 		if a.isAdmin(ctx) {
-			a.write(ctx, "admin-close", info.FullMethod, r.Namespace, r.SessionId)
+			a.write(ctx, "admin-close", info.FullMethod, r.Namespace, 0, append(closing, "session", r.SessionId)...)
 		}
 	}
 	return resp, err
@@ -153,12 +159,19 @@ func (a *auditor) write(ctx context.Context, event, method, ns string, session u
 	args := []any{"event", event, "method", method, "namespace", ns}
 	if session != 0 {
 		args = append(args, "session", session)
-		if info, ok := a.s.m.Session(session); ok && info.Namespace == ns {
-			args = append(args, "client_label", info.Label, "client_id", info.ClientID)
-		}
+		args = append(args, a.sessionArgs(ns, session)...)
 	}
 	args = append(args, callerArgs(ctx)...)
 	a.log.Info("audit", append(args, kv...)...)
+}
+
+// sessionArgs name a session by its client's label and id, when this node
+// knows it in namespace ns.
+func (a *auditor) sessionArgs(ns string, session uint64) []any {
+	if info, ok := a.s.m.Session(session); ok && info.Namespace == ns {
+		return []any{"client_label", info.Label, "client_id", info.ClientID}
+	}
+	return nil
 }
 
 // callerArgs describe who made a call, never with a credential's value.
