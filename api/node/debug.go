@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"strconv"
+	"sync"
+	"time"
 )
 
 // pprofHandler serves Go's profiles (the index, cmdline, profile, symbol,
@@ -24,11 +26,18 @@ func pprofHandler() http.Handler {
 // digestResponse is the answer of GET /debug/digest.
 type digestResponse struct {
 	ID     string `json:"id"`
-	Index  uint64 `json:"index"`  // the last entry applied
-	Digest string `json:"digest"` // SHA-256 of the state, hex
+	Index  uint64 `json:"index"`  // the last entry applied when the digest was computed
+	Digest string `json:"digest"` // SHA-256 of the state at Index, hex
 	// Stable is false when an entry was applied while the digest was
-	// computed: ask again.
+	// computed, or when it was computed before the last entry applied here
+	// (a cached digest: see digestCache): ask again.
 	Stable bool `json:"stable"`
+	// LastIndex is the last entry applied here at the time of the answer;
+	// DigestAt when the digest was computed; DigestEvery the least time
+	// between two computations while entries are applied.
+	LastIndex   uint64 `json:"last_index"`
+	DigestAt    string `json:"digest_at"`
+	DigestEvery string `json:"digest_every"`
 
 	// The running hash of every applied entry (raftnode's chain): nodes
 	// that applied the same history agree at every common index, and a
@@ -49,7 +58,8 @@ type digestResponse struct {
 // and the index it reflects, and the applied-entry hash. The chaos harness
 // (test/jepsen-lite) and the multi-node tests compare them across nodes:
 // the hashes at a common index (?at=) show any divergence that ever
-// happened, the digests show the state.
+// happened, the digests show the state. With auth on it needs the admin
+// credential (it is served behind web.Protect, as /metrics is).
 func (n *Node) serveDigest(w http.ResponseWriter, r *http.Request) {
 	var at uint64
 	if v := r.URL.Query().Get("at"); v != "" {
@@ -59,10 +69,9 @@ func (n *Node) serveDigest(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	before := n.machine.LastIndex()
-	d := n.machine.Digest()
-	after := n.machine.LastIndex()
-	resp := digestResponse{ID: n.cfg.ID, Index: after, Digest: hex.EncodeToString(d[:]), Stable: before == after}
+	d := n.digests.get()
+	resp := digestResponse{ID: n.cfg.ID, Index: d.index, Digest: hex.EncodeToString(d.digest[:]), Stable: d.stable,
+		LastIndex: d.last, DigestAt: d.at.UTC().Format(time.RFC3339Nano), DigestEvery: digestEvery.String()}
 	idx, h, known := n.raft.AppliedHash()
 	resp.AppliedIndex = idx
 	if known {
@@ -81,4 +90,58 @@ func (n *Node) serveDigest(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(resp)
+}
+
+// digestEvery is the least time between two digests of the whole state
+// while entries are being applied: a digest hashes every lock and session,
+// which a client polling the endpoint must not make it do per request.
+const digestEvery = time.Second
+
+// digester is what the digest cache reads: *fsm.Machine.
+type digester interface {
+	LastIndex() uint64
+	Digest() [32]byte
+}
+
+// digestCache computes the state's digest at most once per applied index,
+// and at most once per digestEvery while the index moves; concurrent
+// requests wait for one computation rather than each making their own.
+type digestCache struct {
+	m   digester
+	now func() time.Time
+
+	mu   sync.Mutex
+	have bool
+	cur  digestValue
+}
+
+type digestValue struct {
+	index, last uint64 // the index the digest reflects; the last applied at the answer
+	digest      [32]byte
+	// stable: no entry was applied while it was computed (and, as
+	// returned by get, none since)
+	stable bool
+	at     time.Time
+}
+
+func newDigestCache(m digester, now func() time.Time) *digestCache {
+	return &digestCache{m: m, now: now}
+}
+
+func (c *digestCache) get() digestValue {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	last := c.m.LastIndex()
+	fresh := c.have && c.cur.stable && c.cur.index == last
+	recent := c.have && c.now().Sub(c.cur.at) < digestEvery
+	if !fresh && !recent {
+		before := last
+		d := c.m.Digest()
+		last = c.m.LastIndex()
+		c.cur, c.have = digestValue{index: last, digest: d, stable: before == last, at: c.now()}, true
+	}
+	v := c.cur
+	v.last = last
+	v.stable = v.stable && v.index == last
+	return v
 }

@@ -91,6 +91,7 @@ type Node struct {
 	serverOptions []grpc.ServerOption
 	authz         *auth.Authorizer
 	httpTLS       *tls.Config
+	digests       *digestCache // debug.go
 	wg            sync.WaitGroup
 	once          sync.Once
 	closeErr      error
@@ -297,7 +298,8 @@ func (n *Node) httpHandler() http.Handler {
 		}
 		fmt.Fprintln(w, "ok")
 	})
-	mux.HandleFunc("/debug/digest", n.serveDigest) // debug.go
+	n.digests = newDigestCache(n.machine, time.Now)
+	mux.Handle("/debug/digest", web.Protect(authorize, http.HandlerFunc(n.serveDigest))) // debug.go
 	if n.cfg.EnablePprof {
 		mux.Handle("/debug/pprof/", web.Protect(authorize, pprofHandler()))
 	}
