@@ -179,6 +179,9 @@ func runBench(g *globals, f *benchFlags, command string) error {
 			}
 		}
 		res.Flood, err = bench.RunFlood(ctx, fc)
+		if res.Flood != nil {
+			res.DurationS = cfg.Duration.Seconds() + res.Flood.FloodSeconds
+		}
 	case bench.HeldLocks:
 		hc := bench.HeldConfig{Driver: d, Sessions: cfg.Sessions, Locks: cfg.Locks, Workers: cfg.Workers, Prefix: cfg.Prefix, Hold: cfg.Hold, Progress: os.Stderr}
 		if cluster != nil {
