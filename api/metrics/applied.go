@@ -25,9 +25,12 @@ type recorder struct {
 	aborts                                 *prometheus.CounterVec
 }
 
-func newRecorder(m *fsm.Machine) *recorder {
+// newRecorder returns the counters of applied events; replica, when set,
+// are their constant labels (see the package doc: every node counts the same
+// events).
+func newRecorder(m *fsm.Machine, replica prometheus.Labels) *recorder {
 	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
-		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, append([]string{"namespace"}, labels...))
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: replica}, append([]string{"namespace"}, labels...))
 	}
 	return &recorder{
 		m:  m,

@@ -12,7 +12,50 @@
 //     aborts, steals and session expiries;
 //   - acquire and hand-off latency histograms, fed by the request handlers
 //     through the Observer interface;
+//   - the replica's health (diverged, checkpoints verified, hash index);
 //   - the Go runtime and process collectors.
+//
+// # Names
+//
+// This package's own metrics follow Prometheus' conventions: snake_case
+// names under lockcluster_, counters ending in _total, base units (seconds)
+// in the name, and the namespace (and for raft, the peer) a label, never
+// part of a name. `promtool check metrics` passes for them; TestMetricsLint
+// checks every lockcluster_* family of a running cluster's /metrics with
+// promlint (what promtool uses) and with promtool when it is installed.
+//
+// raft's metrics keep the names the library gives them (documented with
+// hashicorp/raft, and used by existing Consul and Nomad dashboards), only
+// prefixed lockcluster_ with dots made underscores: lockcluster_raft_apply,
+// lockcluster_raft_commitTime, lockcluster_raft_commitNumLogs,
+// lockcluster_raft_fsm_applyBatch, lockcluster_raft_leader_dispatchLog,
+// lockcluster_raft_state_leader, lockcluster_raft_verify_leader,
+// lockcluster_raft_boltdb_logSize, ... They are camelCase and their
+// counters have no _total suffix, so promtool complains about them: the lint
+// test leaves lockcluster_raft_* out (and logs what promtool would say).
+// Per-peer raft metrics carry the peer as a label (peer_id).
+//
+// # Replicated state: aggregate with max, not sum
+//
+// Every node applies every entry, so every node counts the same grants,
+// not-available answers, aborts, steals and expiries, and reports the same
+// sessions, held locks and pending requests per namespace. These series
+// carry a replica label (the node's id, WithReplica). The cluster's rate is
+// any one replica's rate; across nodes take the max, which also hides a
+// follower that lags or restarted:
+//
+//	max without (instance, replica) (rate(lockcluster_grants_total[5m]))
+//	max without (instance, replica) (lockcluster_locks_held)
+//
+// A sum over nodes counts every event once per replica. The other choice,
+// only the leader exporting them, would make a plain sum right but breaks
+// rate(): the series would move from node to node at each election,
+// losing the events between two scrapes and, when leadership returns to a
+// node within a rate window, counting again the events it counted as a
+// follower. The latency histograms, the gRPC metrics and the replica's own
+// health are observed on one node each (the leader's handlers, the node
+// that served the call): those sum over nodes as usual and have no replica
+// label.
 //
 // Each node has its own registry (tests run several nodes in one process).
 // go-metrics has one global sink per process, so raft's metrics are shared:
@@ -51,20 +94,40 @@ type Metrics struct {
 // long waits for a contended lock.
 var latencyBuckets = []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}
 
+// Option configures New.
+type Option func(*options)
+
+type options struct{ replica prometheus.Labels }
+
+// WithReplica labels the metrics of the replicated state (the event
+// counters and the per-namespace gauges) replica=id, the node's id: every
+// node reports the same values for them (see the package doc).
+func WithReplica(id string) Option {
+	return func(o *options) {
+		if id != "" {
+			o.replica = prometheus.Labels{"replica": id}
+		}
+	}
+}
+
 // New returns the metrics of the node whose lock manager is m, on a registry
 // of their own. The first call in a process also installs go-metrics'
 // global sink, so call it before the node's raft starts.
-func New(m *fsm.Machine) *Metrics {
+func New(m *fsm.Machine, opts ...Option) *Metrics {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
 	reg := prometheus.NewRegistry()
 	gm := grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram(grpcprom.WithHistogramBuckets(latencyBuckets)))
-	rec := newRecorder(m)
+	rec := newRecorder(m, o.replica)
 	lat := newLatency(rec)
 	reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		raftCollector(),
 		gm,
-		newStateCollector(m),
+		newStateCollector(m, o.replica),
 	)
 	rec.register(reg)
 	lat.register(reg)

@@ -65,10 +65,10 @@ func TestNodeMetrics(t *testing.T) {
 	}
 	text := string(body)
 	for _, want := range []string{
-		`lockcluster_sessions{namespace="billing"} 2`,
-		`lockcluster_locks_held{namespace="billing"} 1`,
-		`lockcluster_requests_pending{namespace="billing"} 1`,
-		`lockcluster_grants_total{namespace="billing"} 3`,
+		`lockcluster_sessions{namespace="billing",replica="node0"} 2`,
+		`lockcluster_locks_held{namespace="billing",replica="node0"} 1`,
+		`lockcluster_requests_pending{namespace="billing",replica="node0"} 1`,
+		`lockcluster_grants_total{namespace="billing",replica="node0"} 3`,
 		`lockcluster_acquire_seconds_count{namespace="billing"} 3`,
 		`lockcluster_handoff_seconds_count{namespace="billing"} 1`,
 		`grpc_server_handled_total{grpc_code="OK",grpc_method="OpenSession",grpc_service="lockcluster.v1.Locks",grpc_type="unary"}`,

@@ -18,6 +18,20 @@ const raftPrefix = "lockcluster"
 // retention keeps them visible, and series of removed peers still go away.
 const raftExpiration = 24 * time.Hour
 
+// legacyPerPeer are raft's metrics that put a peer's id in their name
+// (lockcluster_raft_replication_heartbeat_node1): raft emits each of them
+// twice, once so and once with the peer as a label (peer_id), "kept for
+// backward compatibility". Only the labelled ones are exported: a name per
+// peer is a new family per member, which Prometheus' conventions (and any
+// dashboard) cannot aggregate. (raft.Config.NoLegacyTelemetry would stop
+// raft emitting them; this keeps the choice with the metrics.)
+var legacyPerPeer = []string{
+	raftPrefix + ".raft.replication.appendEntries.rpc.",
+	raftPrefix + ".raft.replication.appendEntries.logs.",
+	raftPrefix + ".raft.replication.heartbeat.",
+	raftPrefix + ".raft.replication.installSnapshot.",
+}
+
 var raftSink struct {
 	once sync.Once
 	sink *gmprom.PrometheusSink
@@ -43,6 +57,7 @@ func raftCollector() prometheus.Collector {
 		cfg := gometrics.DefaultConfig(raftPrefix)
 		cfg.EnableHostname = false
 		cfg.EnableRuntimeMetrics = false
+		cfg.BlockedPrefixes = legacyPerPeer
 		if _, err := gometrics.NewGlobal(cfg, sink); err != nil {
 			panic("metrics: go-metrics: " + err.Error()) // New never fails
 		}

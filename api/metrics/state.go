@@ -18,13 +18,16 @@ type stateCollector struct {
 	sessions, held, pending, lastIndex *prometheus.Desc
 }
 
-func newStateCollector(m *fsm.Machine) *stateCollector {
+// newStateCollector reads m; replica, when set, are the constant labels of
+// the replicated state's gauges (the same on every node: see the package
+// doc).
+func newStateCollector(m *fsm.Machine, replica prometheus.Labels) *stateCollector {
 	ns := []string{"namespace"}
 	return &stateCollector{
 		m:         m,
-		sessions:  prometheus.NewDesc("lockcluster_sessions", "Open sessions, per namespace.", ns, nil),
-		held:      prometheus.NewDesc("lockcluster_locks_held", "Held locks (granted requests; a scope counts once), per namespace.", ns, nil),
-		pending:   prometheus.NewDesc("lockcluster_requests_pending", "Requests waiting in the queues, per namespace.", ns, nil),
+		sessions:  prometheus.NewDesc("lockcluster_sessions", "Open sessions, per namespace.", ns, replica),
+		held:      prometheus.NewDesc("lockcluster_locks_held", "Held locks (granted requests; a scope counts once), per namespace.", ns, replica),
+		pending:   prometheus.NewDesc("lockcluster_requests_pending", "Requests waiting in the queues, per namespace.", ns, replica),
 		lastIndex: prometheus.NewDesc("lockcluster_applied_index", "Raft index of the last entry the lock manager applied on this node.", nil, nil),
 	}
 }

@@ -136,7 +136,7 @@ func Start(cfg Config) (*Node, error) {
 func (n *Node) start() error {
 	cfg := n.cfg
 	n.machine = fsm.New()
-	n.metrics = metrics.New(n.machine) // before raft starts: it installs go-metrics' sink
+	n.metrics = metrics.New(n.machine, metrics.WithReplica(cfg.ID)) // before raft starts: it installs go-metrics' sink
 	self := fsm.Member{ID: cfg.ID, GRPCAddr: orElse(cfg.AdvertiseGRPC, n.grpcLis.Addr().String())}
 	if n.httpLis != nil {
 		self.HTTPAddr = orElse(cfg.AdvertiseHTTP, n.httpLis.Addr().String())
