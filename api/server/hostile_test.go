@@ -116,8 +116,8 @@ func TestHostileInput(t *testing.T) {
 		b = protowire.AppendBytes(b, []byte{0xff, 0xfe})
 		var out []byte
 		err := cc.Invoke(ctx, "/lockcluster.v1.Locks/Request", rawMessage(b), (*rawMessage)(&out), grpc.ForceCodecV2(rawCodec{}))
-		if err == nil {
-			t.Fatal("invalid UTF-8 was accepted")
+		if status.Code(err) != codes.InvalidArgument {
+			t.Fatalf("invalid UTF-8 in a name: %v, want InvalidArgument (a TypeError, never Internal: see TestUndecodableMessagesAreInvalidArgument)", err)
 		}
 	})
 	t.Run("flood from one session", func(t *testing.T) {
@@ -155,8 +155,9 @@ func TestHostileInput(t *testing.T) {
 		}
 		st.Send(&pb.SessionUp{Kind: &pb.SessionUp_Attach{Attach: &pb.Attach{Namespace: "hostile", SessionId: hostile, SessionSecret: secretOf(hostile)}}})
 		// Make events for the session and never read them (the hub cuts
-		// such a stream off once it falls 4096 events behind: see
-		// TestHubCutsOffSlowStreamsAndSkipsSyncedEvents).
+		// such a stream off once it falls 4096 events or its byte cap
+		// behind: see TestHubCutsOffSlowStreamsAndSkipsSyncedEvents and
+		// TestStalledStreamIsCutByBytes).
 		for i := 0; i < 20; i++ {
 			id := uint64(100_000 + i)
 			if req(id, "evt") == nil {
