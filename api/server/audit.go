@@ -71,9 +71,6 @@ func (a *auditor) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo
 		closing = a.sessionArgs(r.Namespace, r.SessionId)
 	}
 	resp, err := h(ctx, req)
-	if a.forwarded(ctx) {
-		return resp, err
-	}
 	if refused(err) {
 		a.refusal(ctx, info.FullMethod, req, err)
 		return resp, err
@@ -110,7 +107,7 @@ func (a *auditor) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo
 func (a *auditor) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
 	w := &auditedStream{ServerStream: ss}
 	err := h(srv, w)
-	if refused(err) && !a.forwarded(ss.Context()) {
+	if refused(err) {
 		a.refusal(ss.Context(), info.FullMethod, w.first, err)
 	}
 	return err
@@ -154,8 +151,12 @@ func (a *auditor) refusal(ctx context.Context, method string, req any, err error
 	a.write(ctx, "refused-credential", method, ns, session, "code", status.Code(err).String(), "reason", status.Convert(err).Message())
 }
 
-// write logs one audit line: what, where, who, then the event's own pairs.
+// write logs one audit line: what, where, who, then the event's own pairs;
+// nothing for a call another node forwarded (it logged the line).
 func (a *auditor) write(ctx context.Context, event, method, ns string, session uint64, kv ...any) {
+	if a.forwarded(ctx) {
+		return
+	}
 	args := []any{"event", event, "method", method, "namespace", ns}
 	if session != 0 {
 		args = append(args, "session", session)

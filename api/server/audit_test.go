@@ -198,3 +198,79 @@ func TestAuditLog(t *testing.T) {
 		}
 	}
 }
+
+// A call the client makes to a follower is forwarded to the leader and
+// audited once, by the follower, which saw the client: the leader does not
+// log the forwarded copy (it would name the follower as the caller).
+func TestAuditLogForwardedOnce(t *testing.T) {
+	const (
+		admin = "admin-token-0123456789abcdef"
+		user  = "user-token-0123456789abcdef"
+	)
+	logs := &syncBuffer{}
+	c := nodetest.Start(t, 3, nodetest.Options{Quiet: true, Node: func(cfg *node.Config) {
+		cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: "lockcluster", Output: logs, Level: hclog.Info, JSONFormat: true})
+		cfg.Auth = auth.Config{AdminTokens: []string{admin}, Namespaces: map[string]auth.Namespace{"ns": {Tokens: []string{user}}}}
+	}})
+	leader := c.WaitLeader(10 * time.Second)
+	follower := c.Nodes[(leader+1)%len(c.Nodes)]
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cc, err := grpc.NewClient(follower.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	lc := pb.NewLocksClient(cc)
+	as := func(token string) context.Context {
+		return metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token)
+	}
+	s, err := lc.OpenSession(as(user), &pb.OpenSessionRequest{Namespace: "ns", Label: "carol", Ttl: durationpb.New(time.Minute)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The follower names the session by its own applied state.
+	c.WaitFor(5*time.Second, "the follower to apply the session", func() bool {
+		_, ok := follower.Machine().Session(s.SessionId)
+		return ok
+	})
+	if r, err := lc.Request(as(user), &pb.LockRequest{Namespace: "ns", SessionId: s.SessionId, SessionSecret: s.Secret, RequestId: 1, Names: []string{"x"}, Steal: true}); err != nil || r.Status != pb.Status_STATUS_GRANTED {
+		t.Fatalf("steal through a follower: %v, %v", r, err)
+	}
+	if _, err := lc.Release(as(admin), &pb.ReleaseRequest{Namespace: "ns", SessionId: s.SessionId, RequestId: 1}); err != nil {
+		t.Fatalf("admin release through a follower: %v", err)
+	}
+	_, err = lc.Request(as(user), &pb.LockRequest{Namespace: "ns", SessionId: s.SessionId, SessionSecret: []byte("not-the-secret-0123456789"), RequestId: 2, Names: []string{"y"}})
+	if status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("wrong secret through a follower: %v", err)
+	}
+	count := map[string]int{}
+	for _, l := range strings.Split(logs.String(), "\n") {
+		var m map[string]any
+		if json.Unmarshal([]byte(l), &m) != nil || m["@message"] != "audit" {
+			continue
+		}
+		if m["node"] != follower.ID() {
+			t.Errorf("audit line on node %v, not the follower the client called (%s): %v", m["node"], follower.ID(), m)
+		}
+		if m["client_label"] != "carol" {
+			t.Errorf("audit line without the session's label: %v", m)
+		}
+		count[m["event"].(string)]++
+	}
+	if want := map[string]int{"steal": 1, "admin-release": 1, "refused-credential": 1}; !equalCounts(count, want) {
+		t.Errorf("audit lines %v, want %v", count, want)
+	}
+}
+
+func equalCounts(a, b map[string]int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
+}
