@@ -8,5 +8,11 @@
 // Errors cross into gRPC in one place, errors.go: fsm codes and raftnode
 // sentinels become gRPC codes with a google.rpc.ErrorInfo whose reason is
 // an lockclusterv1.ErrorReason name and whose metadata names the Web Locks
-// error (SPEC §9).
+// error (SPEC §9). Messages that do not decode (invalid UTF-8, truncated,
+// garbage) become InvalidArgument there too, through the server codec and
+// interceptors of codec.go (DecodeOptions), rather than gRPC's Internal.
+//
+// audit.go writes the audit log (AuditOptions): steals, admins' releases,
+// aborts and closes, refused credentials. A session stream's backlog is
+// capped in events and in bytes (hub.go, Config.StreamBacklogBytes).
 package server
