@@ -268,8 +268,10 @@ func TestStaleTailIsNotCommittedByAnEmptyAppend(t *testing.T) {
 // logs); otherwise a node that later leads could send them as history.
 func TestInstallSnapshotRemovesStaleEntries(t *testing.T) {
 	const k, n, snapIndex = 5, 3, 20
+	// On the bolt log, which raftnode declares monotonic; raft-wal is
+	// monotonic by itself.
 	install := func(t *testing.T) *staleFollower {
-		s := newStaleFollower(t, k, n)
+		s := newStaleFollower(t, k, n, func(c *Config) { c.LogStore = LogStoreBolt })
 		snap, _ := json.Marshal(commands(2, snapIndex, fakeLeaderTerm, "s"))
 		req := &raft.InstallSnapshotRequest{
 			RPCHeader:          raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte("L"), Addr: []byte(s.fake.LocalAddr())},

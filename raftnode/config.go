@@ -42,8 +42,14 @@ type Peer struct {
 type Config struct {
 	// ID is this server's stable raft ID. Required.
 	ID string
-	// DataDir holds raft.db (log and stable store) and snapshots/. Required.
+	// DataDir holds raft.db (the stable store; the log too with
+	// LogStoreBolt), wal/ (the log with LogStoreWAL), snapshots/ and LOCK.
+	// Required.
 	DataDir string
+	// LogStore is LogStoreWAL (default) or LogStoreBolt. A data directory
+	// whose log is in raft.db moves it into the WAL once at start; a
+	// directory with a WAL stays with it.
+	LogStore string
 	// BindAddr is the raft TCP listen address, e.g. "127.0.0.1:7701", or
 	// "127.0.0.1:0" to let the OS pick a port (tests). Required unless
 	// StreamLayer is set.
@@ -166,6 +172,9 @@ func (c Config) Validate() error {
 	}
 	if c.DataDir == "" {
 		return bad("DataDir", c.DataDir, "required")
+	}
+	if c.LogStore != "" && c.LogStore != LogStoreWAL && c.LogStore != LogStoreBolt {
+		return bad("LogStore", c.LogStore, "want "+LogStoreWAL+" or "+LogStoreBolt)
 	}
 	if c.StreamLayer == nil {
 		if c.BindAddr == "" {

@@ -3,6 +3,8 @@ package raftnode
 import (
 	"context"
 	"errors"
+	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -129,7 +131,7 @@ func TestDataDirInUse(t *testing.T) {
 	if n2, err := New(cfg, &listFSM{}); err == nil {
 		_ = n2.Shutdown(context.Background())
 		t.Fatal("second New on the same DataDir succeeded")
-	} else if !strings.Contains(err.Error(), "raft.db") {
-		t.Fatalf("error %q does not name the store", err)
+	} else if !strings.Contains(err.Error(), dir) || !strings.Contains(err.Error(), "in use by process "+strconv.Itoa(os.Getpid())) {
+		t.Fatalf("error %q does not name the directory and its holder", err)
 	}
 }

@@ -5,10 +5,13 @@
 //
 // What it owns:
 //
-//   - Storage: DataDir/raft.db, a bolt log and stable store
-//     (raft-boltdb/v2, fsync on every append) behind a 512-entry
-//     raft.LogCache, DataDir/snapshots (two retained), and DataDir/DIVERGED
-//     once the replica fenced itself.
+//   - Storage (store.go): the log in DataDir/wal (raft-wal: one fsync per
+//     append; Config.LogStore bolt keeps it in raft.db as before, and a
+//     directory whose log is in raft.db moves it into the WAL once) behind
+//     a 512-entry raft.LogCache; the stable store in DataDir/raft.db
+//     (raft-boltdb/v2); DataDir/snapshots (two retained); DataDir/LOCK, held
+//     while the node runs; and DataDir/DIVERGED once the replica fenced
+//     itself.
 //   - Transport: raft's NetworkTransport over TCP, or over a caller's
 //     raft.StreamLayer (TLS), optionally dialling through a
 //     raft.ServerAddressProvider (fault-injecting proxies in chaos tests).

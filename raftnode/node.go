@@ -13,8 +13,6 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
-	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
-	"go.etcd.io/bbolt"
 )
 
 const (
@@ -32,8 +30,8 @@ type Node struct {
 
 	raft      *raft.Raft
 	fsm       *trackingFSM
-	store     *raftboltdb.BoltStore
-	logs      raft.LogStore // store behind a LogCache, declared monotonic
+	stores    *stores       // store.go: the stable store, the log, the data directory's lock
+	logs      raft.LogStore // the log behind a LogCache, monotonic
 	transport *raft.NetworkTransport
 	clamp     *clampTransport // transport as raft sees it (clamp.go)
 
@@ -93,27 +91,13 @@ func (n *Node) open(fsm raft.FSM) error {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return fmt.Errorf("raftnode: data dir: %w", err)
 	}
-	store, err := raftboltdb.New(raftboltdb.Options{
-		Path: filepath.Join(cfg.DataDir, "raft.db"),
-		// The freelist is rebuilt from the pages when the file is opened, so
-		// it need not be written on every commit: fewer pages to write and
-		// fsync per append (etcd does the same). Durability is unchanged:
-		// every commit still fsyncs its data and meta pages.
-		BoltOptions: &bbolt.Options{Timeout: boltOpenTimeout, NoFreelistSync: true, FreelistType: bbolt.FreelistMapType},
-		NoSync:      false, // fsync every append: acknowledged entries survive a crash
-	})
+	st, err := openStores(cfg.DataDir, cfg.LogStore, n.logger)
 	if err != nil {
-		return fmt.Errorf("raftnode: open %s: %w", filepath.Join(cfg.DataDir, "raft.db"), err)
+		return err
 	}
-	n.store = store
-	cache, err := raft.NewLogCache(logCacheSize, store)
-	if err != nil {
-		return fmt.Errorf("raftnode: log cache: %w", err)
-	}
-	n.logs = cache
-	if workarounds.monotonicLogs {
-		n.logs = monotonicLogs{cache}
-	}
+	n.stores = st
+	n.logs = st.logs
+	store := st.stable
 	fileSnaps, err := raft.NewFileSnapshotStoreWithLogger(
 		filepath.Join(cfg.DataDir, "snapshots"), snapshotsRetained, n.logger.Named("snapshots"))
 	if err != nil {
@@ -335,8 +319,8 @@ func (n *Node) closeResources() error {
 		n.transport.CloseStreams()
 		errs = append(errs, n.transport.Close())
 	}
-	if n.store != nil {
-		errs = append(errs, n.store.Close())
+	if n.stores != nil {
+		errs = append(errs, n.stores.close())
 	}
 	return errors.Join(errs...)
 }

@@ -30,6 +30,7 @@ type serveConfig struct {
 	bootstrap, join, logLevel, raftDial       string
 	heartbeat, election, lease                time.Duration
 	checkpointEvery                           time.Duration
+	logStore                                  string
 	checkpointEntries                         int64
 	tls                                       secure.Files
 	maxMessage                                int64
@@ -79,6 +80,7 @@ func (c *serveConfig) settings() []setting {
 		{key: "heartbeat-timeout", usage: "raft: a follower that hears no leader this long starts an election", dur: &c.heartbeat},
 		{key: "election-timeout", usage: "raft: a candidate that has not won this long tries again", dur: &c.election},
 		{key: "leader-lease-timeout", usage: "raft: a leader that cannot reach a quorum this long steps down", dur: &c.lease},
+		{key: "log-store", usage: "the raft log: wal (raft-wal, one fsync per append; a data directory with a bolt log moves into it once) or bolt (raft.db)", str: &c.logStore},
 		{key: "checkpoint-interval", usage: "the leader proposes a checkpoint of its applied-entry hash this often (a replica that differs fences itself)", dur: &c.checkpointEvery},
 		{key: "checkpoint-entries", usage: "...or after this many applied entries, whichever comes first", num: &c.checkpointEntries},
 		{key: "log-level", usage: "trace, debug, info, warn or error", str: &c.logLevel},
@@ -109,7 +111,7 @@ func defaultServeConfig() *serveConfig {
 	host, _ := os.Hostname()
 	return &serveConfig{id: host, dataDir: "lockcluster-data", grpcAddr: "127.0.0.1:7700", raftAddr: "127.0.0.1:7701", httpAddr: "127.0.0.1:7702",
 		heartbeat: 500 * time.Millisecond, election: 500 * time.Millisecond, lease: 500 * time.Millisecond, logLevel: "info",
-		checkpointEvery: raftnode.DefaultCheckpointInterval, checkpointEntries: raftnode.DefaultCheckpointEntries,
+		checkpointEvery: raftnode.DefaultCheckpointInterval, logStore: raftnode.LogStoreWAL, checkpointEntries: raftnode.DefaultCheckpointEntries,
 		maxMessage: 4 << 20, streamBacklog: server.DefaultStreamBacklogBytes, sessionRate: 5000, sessionBurst: 10000,
 		namespaceRate: 50000, namespaceBurst: 100000, limits: defaultLimits()}
 }
@@ -229,6 +231,10 @@ func (c *serveConfig) run() error {
 		return &exitError{code: exitUsage, msg: fmt.Sprintf("--checkpoint-interval=%s --checkpoint-entries=%d: both must be positive", c.checkpointEvery, c.checkpointEntries)}
 	}
 	cfg.Raft.CheckpointInterval, cfg.Raft.CheckpointEntries = c.checkpointEvery, uint64(c.checkpointEntries)
+	if c.logStore != raftnode.LogStoreWAL && c.logStore != raftnode.LogStoreBolt {
+		return &exitError{code: exitUsage, msg: fmt.Sprintf("--log-store %q: want %s or %s", c.logStore, raftnode.LogStoreWAL, raftnode.LogStoreBolt)}
+	}
+	cfg.Raft.LogStore = c.logStore
 	if c.raftDial != "" {
 		dial, err := parsePeers(c.raftDial)
 		if err != nil {

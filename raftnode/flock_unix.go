@@ -1,0 +1,11 @@
+//go:build unix
+
+package raftnode
+
+import (
+	"os"
+	"syscall"
+)
+
+func flock(f *os.File) error   { return syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) }
+func funlock(f *os.File) error { return syscall.Flock(int(f.Fd()), syscall.LOCK_UN) }

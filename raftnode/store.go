@@ -1,0 +1,221 @@
+package raftnode
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	wal "github.com/hashicorp/raft-wal"
+	walmetrics "github.com/hashicorp/raft-wal/metrics"
+	"github.com/hashicorp/raft-wal/migrate"
+	"go.etcd.io/bbolt"
+)
+
+// The log stores (Config.LogStore).
+const (
+	// LogStoreWAL is github.com/hashicorp/raft-wal: one fsync per append,
+	// segment files under DataDir/wal. The default.
+	LogStoreWAL = "wal"
+	// LogStoreBolt is the log in DataDir/raft.db (raft-boltdb): two fsyncs
+	// per append (bbolt's data and meta pages).
+	LogStoreBolt = "bolt"
+)
+
+// stores are the node's persistent stores: the stable store (term, vote)
+// is always raft.db; the log is raft-wal's or raft.db's.
+type stores struct {
+	stable *raftboltdb.BoltStore // raft.db
+	logs   raft.LogStore         // behind a LogCache; monotonic
+	wal    *wal.WAL              // nil with the bolt log
+	lock   *os.File              // the data directory's lock
+}
+
+// openStores locks the data directory and opens the stores. A directory
+// whose log is still in raft.db (written before raft-wal, or with
+// LogStoreBolt) is migrated once into the WAL when kind is LogStoreWAL.
+func openStores(dir, kind string, logger hclog.Logger) (st *stores, err error) {
+	st = &stores{}
+	defer func() {
+		if err != nil {
+			st.close()
+		}
+	}()
+	if st.lock, err = lockDir(dir); err != nil {
+		return st, err
+	}
+	boltPath := filepath.Join(dir, "raft.db")
+	st.stable, err = raftboltdb.New(raftboltdb.Options{
+		Path: boltPath,
+		// The freelist is rebuilt from the pages when the file is opened, so
+		// it need not be written on every commit: fewer pages to write and
+		// fsync per append (etcd does the same). Durability is unchanged:
+		// every commit still fsyncs its data and meta pages.
+		BoltOptions: &bbolt.Options{Timeout: boltOpenTimeout, NoFreelistSync: true, FreelistType: bbolt.FreelistMapType},
+		NoSync:      false, // fsync every append: acknowledged entries survive a crash
+	})
+	if err != nil {
+		return st, fmt.Errorf("raftnode: open %s: %w", boltPath, err)
+	}
+	walDir := filepath.Join(dir, "wal")
+	_, statErr := os.Stat(walDir)
+	hasWAL := statErr == nil
+	var log raft.LogStore
+	switch kind {
+	case LogStoreBolt:
+		if hasWAL {
+			return st, fmt.Errorf("raftnode: LogStore=%q: the log of %s is in %s (raft-wal); a data directory does not go back to bolt", kind, dir, walDir)
+		}
+		log = st.stable
+	case LogStoreWAL, "":
+		if !hasWAL {
+			if err := migrateToWAL(dir, st.stable, logger); err != nil {
+				return st, err
+			}
+		}
+		if st.wal, err = openWAL(walDir, logger); err != nil {
+			return st, err
+		}
+		if err := dropBoltLog(st.stable, logger); err != nil {
+			return st, err
+		}
+		log = st.wal
+	default:
+		return st, fmt.Errorf("raftnode: invalid config: LogStore=%q: want %q or %q", kind, LogStoreWAL, LogStoreBolt)
+	}
+	cache, err := raft.NewLogCache(logCacheSize, log)
+	if err != nil {
+		return st, fmt.Errorf("raftnode: log cache: %w", err)
+	}
+	st.logs = cache
+	if workarounds.monotonicLogs && st.wal == nil {
+		st.logs = monotonicLogs{cache} // raft-wal is monotonic itself
+	}
+	return st, nil
+}
+
+func openWAL(dir string, logger hclog.Logger) (*wal.WAL, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("raftnode: %w", err)
+	}
+	// raft-wal's counters and gauges go to go-metrics' global instance,
+	// with raft's own metrics: /metrics shows them as lockcluster_raft_wal_*.
+	w, err := wal.Open(dir, wal.WithLogger(logger.Named("wal")),
+		wal.WithMetricsCollector(walmetrics.NewGoMetricsCollector([]string{"raft", "wal"}, nil, nil)))
+	if err != nil {
+		return nil, fmt.Errorf("raftnode: open the raft-wal log in %s: %w", dir, err)
+	}
+	return w, nil
+}
+
+// migrateToWAL copies the log in raft.db, if it has one, into a new WAL,
+// and moves it into place only once it is complete: a node stopped during
+// the copy starts it over.
+func migrateToWAL(dir string, bolt *raftboltdb.BoltStore, logger hclog.Logger) error {
+	first, err := bolt.FirstIndex()
+	if err != nil {
+		return fmt.Errorf("raftnode: reading the bolt log: %w", err)
+	}
+	last, err := bolt.LastIndex()
+	if err != nil {
+		return fmt.Errorf("raftnode: reading the bolt log: %w", err)
+	}
+	if last == 0 {
+		return nil // nothing to move: a new node, or one with only snapshots
+	}
+	tmp := filepath.Join(dir, "wal.migrating")
+	if err := os.RemoveAll(tmp); err != nil {
+		return fmt.Errorf("raftnode: %w", err)
+	}
+	logger.Info("moving the raft log from raft.db into raft-wal (once)", "first", first, "last", last)
+	w, err := openWAL(tmp, logger)
+	if err != nil {
+		return err
+	}
+	err = migrate.CopyLogs(context.Background(), w, bolt, 4<<20, nil)
+	if cerr := w.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("raftnode: moving the log into raft-wal: %w", err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, "wal")); err != nil {
+		return fmt.Errorf("raftnode: %w", err)
+	}
+	if d, err := os.Open(dir); err == nil { // make the rename durable
+		d.Sync()
+		d.Close()
+	}
+	logger.Info("the raft log is in raft-wal now", "entries", last-first+1)
+	return nil
+}
+
+// dropBoltLog deletes the log left in raft.db once the WAL holds it.
+func dropBoltLog(bolt *raftboltdb.BoltStore, logger hclog.Logger) error {
+	first, err := bolt.FirstIndex()
+	if err != nil {
+		return fmt.Errorf("raftnode: reading the bolt log: %w", err)
+	}
+	last, err := bolt.LastIndex()
+	if err != nil || last == 0 {
+		return err
+	}
+	if err := bolt.DeleteRange(first, last); err != nil {
+		return fmt.Errorf("raftnode: deleting the migrated bolt log: %w", err)
+	}
+	logger.Info("deleted the old log in raft.db, now in raft-wal", "first", first, "last", last)
+	return nil
+}
+
+func (s *stores) close() error {
+	var errs []error
+	if s.wal != nil {
+		errs = append(errs, s.wal.Close())
+	}
+	if s.stable != nil {
+		errs = append(errs, s.stable.Close())
+	}
+	if s.lock != nil {
+		errs = append(errs, unlockDir(s.lock))
+	}
+	return errors.Join(errs...)
+}
+
+// lockFile is the data directory's lock: one node process at a time.
+const lockFile = "LOCK"
+
+// lockDir takes an exclusive lock on dir (flock on dir/LOCK), so that two
+// nodes never share a data directory; the lock goes with the process. The
+// file holds the pid of its holder, for the error message.
+func lockDir(dir string) (*os.File, error) {
+	path := filepath.Join(dir, lockFile)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("raftnode: %w", err)
+	}
+	if err := flock(f); err != nil {
+		b, _ := os.ReadFile(path)
+		f.Close()
+		holder := strings.TrimSpace(string(b))
+		if holder == "" {
+			holder = "another process"
+		} else {
+			holder = "process " + holder
+		}
+		return nil, fmt.Errorf("raftnode: data directory %s is in use by %s (%s is locked): one node per data directory", dir, holder, path)
+	}
+	f.Truncate(0)
+	f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	return f, nil
+}
+
+func unlockDir(f *os.File) error {
+	funlock(f)
+	return f.Close()
+}
