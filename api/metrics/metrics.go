@@ -1,9 +1,10 @@
 // Package metrics exposes what a lockcluster node measures, in the
 // Prometheus text format, on the node's HTTP port (/metrics):
 //
-//   - raft's and raft-boltdb's own metrics (lockcluster_raft_*), which
-//     hashicorp/raft emits through hashicorp/go-metrics when built with the
-//     tag hashicorpmetrics, collected by go-metrics' Prometheus sink;
+//   - raft's and its log store's own metrics (lockcluster_raft_*, the
+//     store's lockcluster_raft_wal_*), which hashicorp/raft and raft-wal emit
+//     through hashicorp/go-metrics when built with the tag
+//     hashicorpmetrics, collected by go-metrics' Prometheus sink;
 //   - gRPC server metrics per method (grpc_server_*), with handling-time
 //     histograms;
 //   - the lock manager's sessions, held locks and pending requests per
@@ -20,8 +21,8 @@
 // This package's own metrics follow Prometheus' conventions: snake_case
 // names under lockcluster_, counters ending in _total, base units (seconds)
 // in the name, and the namespace (and for raft, the peer) a label, never
-// part of a name. `promtool check metrics` passes for them; TestMetricsLint
-// checks every lockcluster_* family of a running cluster's /metrics with
+// part of a name. `promtool check metrics` passes for them: TestMetricsLint
+// checks the lockcluster_* families of a running cluster's /metrics with
 // promlint (what promtool uses) and with promtool when it is installed.
 //
 // raft's metrics keep the names the library gives them (documented with
@@ -29,11 +30,14 @@
 // prefixed lockcluster_ with dots made underscores: lockcluster_raft_apply,
 // lockcluster_raft_commitTime, lockcluster_raft_commitNumLogs,
 // lockcluster_raft_fsm_applyBatch, lockcluster_raft_leader_dispatchLog,
-// lockcluster_raft_state_leader, lockcluster_raft_verify_leader,
-// lockcluster_raft_boltdb_logSize, ... They are camelCase and their
-// counters have no _total suffix, so promtool complains about them: the lint
-// test leaves lockcluster_raft_* out (and logs what promtool would say).
-// Per-peer raft metrics carry the peer as a label (peer_id).
+// lockcluster_raft_state_leader, lockcluster_raft_verify_leader, and
+// raft-wal's lockcluster_raft_wal_log_appends, ... Many are camelCase and
+// raft's counters have no _total suffix, so promtool complains about them:
+// the lint test leaves lockcluster_raft_* out (and logs what promtool would
+// say). Per-peer raft metrics carry the peer as a label (peer_id); raft's
+// legacy copies with the peer in the name are not exported (raft.go).
+// TestEveryFamilyLints checks this package's families that a short cluster
+// run does not fill (steals, expiries, ...).
 //
 // # Replicated state: aggregate with max, not sum
 //

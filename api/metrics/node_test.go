@@ -82,7 +82,8 @@ func TestNodeMetrics(t *testing.T) {
 		}
 	}
 	// raft's own, through go-metrics (build tag hashicorpmetrics).
-	for _, re := range []string{`(?m)^lockcluster_raft_state_leader `, `(?m)^lockcluster_raft_boltdb_`, `(?m)^lockcluster_raft_commitTime`} {
+	// raft-wal's (the log store) through the same sink.
+	for _, re := range []string{`(?m)^lockcluster_raft_state_leader `, `(?m)^lockcluster_raft_wal_log_appends`, `(?m)^lockcluster_raft_commitTime`} {
 		if !regexp.MustCompile(re).MatchString(text) {
 			t.Errorf("/metrics has no %s (built without -tags hashicorpmetrics?)", re)
 		}
