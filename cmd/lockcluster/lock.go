@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -22,18 +23,30 @@ func newLock(g *globals) *cobra.Command {
 	var ifAvailable, steal bool
 	var timeout, grace, ttl time.Duration
 	var scope []string
+	var verbose bool
 	cmd := &cobra.Command{
 		Use:   "lock NAME [flags] -- CMD [ARGS...]",
 		Short: "Run a command while holding a lock",
 		Long: `Run CMD while holding the lock NAME, like 'etcdctl lock' or 'consul lock'.
 CMD sees LOCKCLUSTER_LOCK_NAME and LOCKCLUSTER_LOCK_TOKEN (the fencing token:
 pass it to whatever the lock protects, so that it can refuse a stale holder).
-The lock is released when CMD exits. If the lock is lost while CMD runs
-(stolen, or the session lost), CMD gets SIGTERM, then SIGKILL after --grace.
+The lock is released when CMD exits.
+
+CMD runs in a process group of its own: if the lock is lost while CMD runs
+(stolen, or the session lost), the whole group (a shell pipeline and what it
+started in the background) gets SIGTERM, then SIGKILL after --grace. If
+'lockcluster lock' itself dies (kill -9), the group is killed at once.
+HUP, INT, QUIT, TERM, USR1, USR2, WINCH and ALRM are passed on to the group;
+before the grant, HUP, INT, QUIT and TERM abort the request.
+
+--timeout bounds everything before the grant: reaching a node, opening the
+session and waiting in the queue. When no endpoint accepts a connection
+within 2s the command exits 69 at once.
 
 Exit status: CMD's own; 75 when --if-available finds the lock taken; 74 when
 the lock was lost while CMD ran; 73 when --timeout passed before the grant;
-69 when no endpoint answered; 2 for bad usage; 1 for other errors.`,
+69 when no endpoint answered; 77 when a credential was refused; 2 for bad
+usage; 1 for other errors.`,
 		Example: `  lockcluster lock backup -- ./backup.sh
   lockcluster lock report --mode shared -- ./read-report.sh
   lockcluster lock deploy --if-available -- make deploy || echo "someone else is deploying"`,
@@ -53,23 +66,45 @@ the lock was lost while CMD ran; 73 when --timeout passed before the grant;
 			default:
 				return &exitError{code: exitUsage, msg: fmt.Sprintf("--mode %q is not exclusive or shared", mode)}
 			}
-			return runLocked(g, args[0], opts, timeout, grace, ttl, args[1:])
+			if err := g.checkOutput(); err != nil {
+				return err
+			}
+			r := &lockRun{g: g, name: args[0], opts: opts, timeout: timeout, grace: grace, ttl: ttl, verbose: verbose, argv: args[1:]}
+			return r.run()
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&mode, "mode", "exclusive", "exclusive or shared")
 	f.BoolVar(&ifAvailable, "if-available", false, "do not wait: exit 75 if the lock is taken")
 	f.BoolVar(&steal, "steal", false, "take the lock from its holders (they lose it)")
-	f.DurationVar(&timeout, "timeout", 0, "give up waiting for the lock after this long (exit 73); 0: wait forever")
+	f.DurationVar(&timeout, "timeout", 0, "deadline for reaching the cluster, opening a session and the grant (exit 73); 0: wait forever")
+	f.BoolVarP(&verbose, "verbose", "v", false, "say who holds the lock while waiting, and the grant")
 	f.DurationVar(&grace, "grace", 10*time.Second, "after SIGTERM, how long CMD has before SIGKILL")
 	f.DurationVar(&ttl, "ttl", 10*time.Second, "session TTL: how long the cluster waits for a silent client")
 	f.StringSliceVar(&scope, "scope", nil, "more names to lock together with NAME, atomically")
 	return cmd
 }
 
-func runLocked(g *globals, name string, opts lockcluster.Options, timeout, grace, ttl time.Duration, argv []string) error {
-	sig := make(chan os.Signal, 2)
-	signal.Notify(sig, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+// lockRun is one 'lockcluster lock': what it was asked to do.
+type lockRun struct {
+	g       *globals
+	name    string
+	opts    lockcluster.Options
+	timeout time.Duration // the whole command's deadline; 0: none
+	grace   time.Duration
+	ttl     time.Duration
+	verbose bool
+	argv    []string
+}
+
+// unreachableAfter is how long 'lock' tries to reach any endpoint before it
+// exits 69, as etcdctl's dial timeout.
+const unreachableAfter = 2 * time.Second
+
+func (r *lockRun) run() error {
+	g, name := r.g, r.name
+	sig := make(chan os.Signal, 8)
+	signal.Notify(sig, forwarded...)
 	defer signal.Stop(sig)
 
 	// A signal while waiting for the lock aborts the request; once the
@@ -79,17 +114,62 @@ func runLocked(g *globals, name string, opts lockcluster.Options, timeout, grace
 	granted := make(chan struct{})
 	interrupted := make(chan os.Signal, 1)
 	go func() {
-		select {
-		case s := <-sig:
-			interrupted <- s
-			cancelBase()
-		case <-granted:
+		for {
+			select {
+			case s := <-sig:
+				if !aborting(s) {
+					continue // USR1, WINCH...: nobody to pass them to yet
+				}
+				interrupted <- s
+				cancelBase()
+				return
+			case <-granted:
+				return
+			}
 		}
 	}()
-	dctx, cancel := context.WithTimeout(base, g.timeout)
-	c, err := g.dial(dctx, lockcluster.WithTTL(ttl))
-	cancel()
+	stopped := func() error {
+		select {
+		case s := <-interrupted:
+			return &exitError{code: 128 + int(s.(syscall.Signal)), msg: fmt.Sprintf("interrupted (%s) while waiting for lock %q", s, name)}
+		default:
+			return nil
+		}
+	}
+	// --timeout bounds everything before the grant: reaching a node,
+	// opening the session, waiting in the queue.
+	whole := base
+	if r.timeout > 0 {
+		var cancel context.CancelFunc
+		whole, cancel = context.WithTimeout(base, r.timeout)
+		defer cancel()
+	}
+	timedOut := func(what string) error {
+		return &exitError{code: exitTimeout, msg: fmt.Sprintf("lock %q was not granted within --timeout %s (%s)", name, r.timeout, what)}
+	}
+	if err := reachable(whole, g.endpoints(), unreachableAfter); err != nil {
+		if e := stopped(); e != nil {
+			return e
+		}
+		if r.timeout > 0 && whole.Err() != nil {
+			return timedOut("no endpoint answered")
+		}
+		return &exitError{code: exitUnavailable, msg: err.Error()}
+	}
+	dctx := whole
+	if r.timeout == 0 {
+		var cancel context.CancelFunc
+		dctx, cancel = context.WithTimeout(base, g.timeout)
+		defer cancel()
+	}
+	c, err := g.dial(dctx, lockcluster.WithTTL(r.ttl))
 	if err != nil {
+		if e := stopped(); e != nil {
+			return e
+		}
+		if r.timeout > 0 && whole.Err() != nil {
+			return timedOut(fmt.Sprintf("no session could be opened: %v", err))
+		}
 		return err
 	}
 	defer func() {
@@ -97,38 +177,36 @@ func runLocked(g *globals, name string, opts lockcluster.Options, timeout, grace
 		defer cancel()
 		c.Close(ctx)
 	}()
-	wait := base
-	if timeout > 0 {
-		var cancel context.CancelFunc
-		wait, cancel = context.WithTimeout(base, timeout)
-		defer cancel()
+	if r.verbose {
+		r.opts.OnQueued = func() { r.sayHolders(whole, c) }
 	}
-	l, err := c.Acquire(wait, name, opts)
+	l, err := c.Acquire(whole, name, r.opts)
 	close(granted)
-	select {
-	case s := <-interrupted:
+	if e := stopped(); e != nil {
 		if l != nil {
 			l.Release(context.Background())
 		}
-		return &exitError{code: 128 + int(s.(syscall.Signal)), msg: fmt.Sprintf("interrupted (%s) while waiting for lock %q", s, name)}
-	default:
+		return e
 	}
 	switch {
 	case errors.Is(err, lockcluster.ErrNotAvailable):
 		return &exitError{code: exitNotAvail, msg: fmt.Sprintf("lock %q is taken (--if-available)", name)}
-	case err != nil && errors.Is(err, context.DeadlineExceeded) && errors.Is(err, lockcluster.ErrAborted):
-		return &exitError{code: exitTimeout, msg: fmt.Sprintf("lock %q was not granted within --timeout %s", name, timeout)}
+	case err != nil && r.timeout > 0 && errors.Is(whole.Err(), context.DeadlineExceeded):
+		return timedOut("still queued")
 	case err != nil:
 		return clientExit(err)
 	}
-	code, err := runChild(l, grace, argv, sig)
+	if r.verbose {
+		g.say("granted", fmt.Sprintf("lock %q granted, token %d", name, l.Token()), map[string]any{"name": name, "token": l.Token()})
+	}
+	code, err := r.runChild(l, sig)
 	rctx, rcancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer rcancel()
 	if rerr := l.Release(rctx); rerr != nil && err == nil {
 		if errors.Is(rerr, lockcluster.ErrSessionLost) {
 			return &exitError{code: exitLost, msg: fmt.Sprintf("lock %q was lost before the command ended: %v", name, rerr)}
 		}
-		fmt.Fprintf(os.Stderr, "lockcluster: releasing lock %q: %v\n", name, rerr)
+		g.say("release-failed", fmt.Sprintf("releasing lock %q: %v", name, rerr), map[string]any{"name": name, "error": rerr.Error()})
 	}
 	if err != nil {
 		return err
@@ -139,23 +217,110 @@ func runLocked(g *globals, name string, opts lockcluster.Options, timeout, grace
 	return nil
 }
 
-// runChild runs argv while l is held. It returns the child's exit status,
-// or an error with status 74 when the lock was lost and the child stopped.
-func runChild(l *lockcluster.Lock, grace time.Duration, argv []string, sig <-chan os.Signal) (int, error) {
-	child := exec.Command(argv[0], argv[1:]...)
-	child.Stdin, child.Stdout, child.Stderr = os.Stdin, os.Stdout, os.Stderr
-	child.Env = append(os.Environ(), "LOCKCLUSTER_LOCK_NAME="+strings.Join(l.Names(), ","), "LOCKCLUSTER_LOCK_TOKEN="+strconv.FormatUint(l.Token(), 10))
-	if err := child.Start(); err != nil {
-		return 0, &exitError{code: 127, msg: fmt.Sprintf("cannot run %s: %v", argv[0], err)}
+// sayHolders tells who holds what the queued request waits for.
+func (r *lockRun) sayHolders(ctx context.Context, c *lockcluster.Client) {
+	qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	q, err := c.Query(qctx)
+	if err != nil {
+		r.g.say("queued", fmt.Sprintf("waiting for lock %q (who holds it: %v)", r.name, err), map[string]any{"name": r.name, "error": err.Error()})
+		return
 	}
-	done := make(chan error, 1)
-	go func() { done <- child.Wait() }()
+	wanted := map[string]bool{r.name: true}
+	for _, n := range r.opts.Scope {
+		wanted[n] = true
+	}
+	now := time.Now()
+	said := false
+	for _, h := range q.Held {
+		if !wanted[h.Name] {
+			continue
+		}
+		said = true
+		label := h.Label
+		if label == "" {
+			label = h.ClientID
+		}
+		r.g.say("queued", fmt.Sprintf("waiting for lock %q: held (%s) by %s, session %d, since %s (%s ago), token %d",
+			h.Name, h.Mode, label, h.SessionID, h.AcquiredAt.Local().Format(time.RFC3339), now.Sub(h.AcquiredAt).Round(time.Second), h.Token),
+			map[string]any{"name": h.Name, "holder": map[string]any{"label": h.Label, "clientId": h.ClientID, "sessionId": h.SessionID,
+				"mode": h.Mode, "token": h.Token, "acquiredAt": h.AcquiredAt}})
+	}
+	if !said {
+		ahead := 0
+		for _, p := range q.Pending {
+			if wanted[p.Name] && p.SessionID != c.SessionID() {
+				ahead++
+			}
+		}
+		r.g.say("queued", fmt.Sprintf("waiting for lock %q: queued behind %d request(s)", r.name, ahead), map[string]any{"name": r.name, "ahead": ahead})
+	}
+}
+
+// reachable returns nil as soon as any endpoint accepts a TCP connection,
+// and an error naming each endpoint's failure if none does within d.
+func reachable(ctx context.Context, endpoints []string, d time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	type result struct {
+		addr string
+		err  error
+	}
+	results := make(chan result, len(endpoints))
+	for _, e := range endpoints {
+		e = strings.TrimSpace(e)
+		go func() {
+			var last error
+			for {
+				var dl net.Dialer
+				conn, err := dl.DialContext(ctx, "tcp", e)
+				if err == nil {
+					conn.Close()
+					results <- result{e, nil}
+					return
+				}
+				last = err
+				select {
+				case <-ctx.Done():
+					results <- result{e, last}
+					return
+				case <-time.After(100 * time.Millisecond):
+				}
+			}
+		}()
+	}
+	var errs []string
+	for range endpoints {
+		r := <-results
+		if r.err == nil {
+			return nil
+		}
+		errs = append(errs, r.err.Error())
+	}
+	return fmt.Errorf("no endpoint answered within %s: %s", d, strings.Join(errs, "; "))
+}
+
+// runChild runs the command while l is held. It returns the command's exit
+// status, or an error with status 74 when the lock was lost and the
+// command's process group was stopped.
+func (r *lockRun) runChild(l *lockcluster.Lock, sig <-chan os.Signal) (int, error) {
+	env := append(os.Environ(), "LOCKCLUSTER_LOCK_NAME="+strings.Join(l.Names(), ","), "LOCKCLUSTER_LOCK_TOKEN="+strconv.FormatUint(l.Token(), 10))
+	grp, err := startGroup(r.argv, env)
+	if err != nil {
+		return 0, &exitError{code: 127, msg: fmt.Sprintf("cannot run %s: %v", r.argv[0], err)}
+	}
+	defer grp.finish()
 	var lost error
+	var kill *time.Timer
 	lostCh := l.Done()
 	for {
 		select {
-		case err := <-done:
+		case err := <-grp.done:
 			if lost != nil {
+				// Whatever the command left running goes too: the
+				// lock is gone.
+				kill.Stop()
+				grp.signal(syscall.SIGKILL)
 				return 0, &exitError{code: exitLost, msg: fmt.Sprintf("lock %q lost while the command ran (%v); the command was stopped", l.Name(), lost)}
 			}
 			var ee *exec.ExitError
@@ -167,18 +332,13 @@ func runChild(l *lockcluster.Lock, grace time.Duration, argv []string, sig <-cha
 			}
 			return 0, err
 		case s := <-sig:
-			child.Process.Signal(s) // pass ^C and TERM on; we exit with the child
+			grp.signal(s.(syscall.Signal)) // we exit with the command
 		case <-lostCh:
 			lostCh = nil
-			if lost == nil {
-				lost = context.Cause(l.Context())
-				fmt.Fprintf(os.Stderr, "lockcluster: lock %q lost (%v): stopping the command\n", l.Name(), lost)
-				child.Process.Signal(syscall.SIGTERM)
-				go func() {
-					time.Sleep(grace)
-					child.Process.Kill()
-				}()
-			}
+			lost = context.Cause(l.Context())
+			r.g.say("lost", fmt.Sprintf("lock %q lost (%v): stopping the command", l.Name(), lost), map[string]any{"name": l.Name(), "error": lost.Error()})
+			grp.signal(syscall.SIGTERM)
+			kill = time.AfterFunc(r.grace, func() { grp.signal(syscall.SIGKILL) })
 		}
 	}
 }

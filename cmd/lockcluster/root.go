@@ -77,7 +77,7 @@ lock with 'lockcluster lock NAME -- CMD'.`,
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return &exitError{code: exitUsage, msg: err.Error() + "\n(see '" + c.CommandPath() + " --help')"}
 	})
-	root.AddCommand(newServe(), newDev(), newLock(g), newQuery(g), newMembers(g), newStatus(g), newJoin(g), newLeave(g), newHealth(g), newTLS(), newBench(g))
+	root.AddCommand(newServe(), newDev(), newLock(g), newQuery(g), newMembers(g), newStatus(g), newJoin(g), newLeave(g), newHealth(g), newTLS(), newBench(g), newReap())
 	return root
 }
 
@@ -144,4 +144,19 @@ func printJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
+}
+
+// say prints one of a command's own messages on stderr: a line of text, or
+// with -o json an object with the event, the text and details.
+func (g *globals) say(event, text string, details map[string]any) {
+	if g.output != "json" {
+		fmt.Fprintln(os.Stderr, "lockcluster:", text)
+		return
+	}
+	m := map[string]any{"event": event, "message": text}
+	for k, v := range details {
+		m[k] = v
+	}
+	b, _ := json.Marshal(m)
+	fmt.Fprintf(os.Stderr, "%s\n", b)
 }
