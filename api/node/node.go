@@ -145,9 +145,7 @@ func (n *Node) start() error {
 	// in after raftnode.New, before the server runs.
 	scfg := n.cfg.Server
 	scfg.Machine, scfg.Logger, scfg.Observer = n.machine, n.log.Named("api"), n.metrics
-	if n.authz.Enabled() {
-		scfg.IsAdmin = func(ctx context.Context) bool { return n.authz.Admin(auth.CallerOf(ctx)) }
-	}
+	scfg.IsAdmin = n.adminCall() // nil with auth off: no caller is an admin
 	rcfg := n.cfg.Raft
 	rcfg.ID, rcfg.DataDir, rcfg.BindAddr, rcfg.AdvertiseAddr = cfg.ID, filepath.Join(cfg.DataDir, "raft"), cfg.RaftAddr, cfg.AdvertiseRaft
 	rcfg.Bootstrap, rcfg.Logger = cfg.Bootstrap, n.log.Named("raft")
@@ -168,7 +166,7 @@ func (n *Node) start() error {
 	// Before auth: garbage is InvalidArgument (it names no namespace), and
 	// auth's refusals reach the audit log.
 	opts = append(opts, server.DecodeOptions()...)
-	opts = append(opts, n.srv.AuditOptions(n.adminCall())...)
+	opts = append(opts, n.srv.AuditOptions()...)
 	opts = append(opts, n.serverOptions...)
 	// After auth: a diverged replica answers nothing from its state.
 	opts = append(opts, grpc.ChainUnaryInterceptor(server.FenceUnary(n.raft.Diverged)),

@@ -41,12 +41,12 @@ import (
 const auditMaxNames = 8
 
 // AuditOptions are the interceptors that write the audit log to the
-// Server's logger, named "audit". admin reports whether a call carries an
-// admin credential; nil when auth is off (then nobody is an admin and no
-// credential is refused). Pass them after the metrics interceptors and
+// Server's logger, named "audit". Config.IsAdmin says whether a call
+// carries an admin credential; nil when auth is off (then nobody is an
+// admin and no credential is refused). Pass them after the metrics interceptors and
 // before auth, so that auth's refusals pass through them.
-func (s *Server) AuditOptions(admin func(context.Context) bool) []grpc.ServerOption {
-	a := &auditor{s: s, log: s.log.Named("audit"), admin: admin}
+func (s *Server) AuditOptions() []grpc.ServerOption {
+	a := &auditor{s: s, log: s.log.Named("audit"), admin: s.cfg.IsAdmin}
 	return []grpc.ServerOption{grpc.ChainUnaryInterceptor(a.unary), grpc.ChainStreamInterceptor(a.stream)}
 }
 

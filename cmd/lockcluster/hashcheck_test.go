@@ -45,6 +45,10 @@ func getDigest(ctx context.Context, addr, query string) (procDigest, error) {
 		if err != nil {
 			return d, err
 		}
+		// With auth on, /debug/digest needs the admin credential: the
+		// clusters of these tests that have auth use adminToken; without
+		// auth the header is ignored.
+		req.Header.Set("Authorization", "Bearer "+adminToken)
 		resp, err := digestClient.Do(req)
 		if err != nil {
 			last = err

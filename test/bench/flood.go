@@ -219,10 +219,10 @@ func DigestIndex(ctx context.Context, httpAddr, token string) (uint64, error) {
 	}
 	defer resp.Body.Close()
 	var d struct {
-		Index uint64 `json:"index"`
+		LastIndex uint64 `json:"last_index"` // current; "index" is the cached digest's
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&d); err != nil {
 		return 0, fmt.Errorf("%s/debug/digest: %w", httpAddr, err)
 	}
-	return d.Index, nil
+	return d.LastIndex, nil
 }
