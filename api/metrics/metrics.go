@@ -14,7 +14,8 @@
 //   - acquire and hand-off latency histograms, fed by the request handlers
 //     through the Observer interface;
 //   - the replica's health (diverged, checkpoints verified, hash index);
-//   - the Go runtime and process collectors.
+//   - the Go runtime and process collectors, and lockcluster_build_info
+//     (version, revision and Go version labels, value 1).
 //
 // # Names
 //
@@ -132,6 +133,7 @@ func New(m *fsm.Machine, opts ...Option) *Metrics {
 		raftCollector(),
 		gm,
 		newStateCollector(m, o.replica),
+		buildInfo(),
 	)
 	rec.register(reg)
 	lat.register(reg)

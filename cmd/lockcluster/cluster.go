@@ -42,21 +42,57 @@ func newMembers(g *globals) *cobra.Command {
 			if err != nil {
 				return clientExit(err)
 			}
+			out := g.memberVersions(ctx, ms)
 			if g.output == "json" {
-				return printJSON(os.Stdout, ms)
+				return printJSON(os.Stdout, out)
 			}
 			w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(w, "ID\tROLE\tSUFFRAGE\tGRPC\tRAFT\tHTTP")
-			for _, m := range ms {
+			fmt.Fprintln(w, "ID\tROLE\tSUFFRAGE\tGRPC\tRAFT\tHTTP\tVERSION")
+			for _, m := range out {
 				role := "follower"
 				if m.Leader {
 					role = "leader"
 				}
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", m.ID, role, m.Suffrage, m.GRPCAddr, m.RaftAddr, m.HTTPAddr)
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", m.ID, role, m.Suffrage, m.GRPCAddr, m.RaftAddr, m.HTTPAddr, m.Version)
 			}
 			return w.Flush()
 		}),
 	}
+}
+
+// memberVersion is a member and the version its node reports.
+type memberVersion struct {
+	lockcluster.Member
+	Version string `json:"version,omitempty"`
+}
+
+// memberVersions asks each member (at its client API address) for its
+// version; one that does not answer shows none.
+func (g *globals) memberVersions(ctx context.Context, ms []lockcluster.Member) []memberVersion {
+	out := make([]memberVersion, len(ms))
+	var addrs []string
+	for i, m := range ms {
+		out[i].Member = m
+		if m.GRPCAddr != "" {
+			addrs = append(addrs, m.GRPCAddr)
+		}
+	}
+	if len(addrs) == 0 {
+		return out
+	}
+	a, err := g.admin(addrs...)
+	if err != nil {
+		return out
+	}
+	defer a.Close()
+	for _, st := range a.Status(ctx) {
+		for i := range out {
+			if out[i].GRPCAddr == st.Addr && st.Err == "" {
+				out[i].Version = st.Version
+			}
+		}
+	}
+	return out
 }
 
 func newStatus(g *globals) *cobra.Command {
@@ -70,13 +106,13 @@ func newStatus(g *globals) *cobra.Command {
 				return printJSON(os.Stdout, sts)
 			}
 			w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(w, "ENDPOINT\tID\tSTATE\tLEADER\tTERM\tCOMMIT\tAPPLIED\tSESSIONS\tHELD\tPENDING\tERROR")
+			fmt.Fprintln(w, "ENDPOINT\tID\tSTATE\tLEADER\tTERM\tCOMMIT\tAPPLIED\tSESSIONS\tHELD\tPENDING\tVERSION\tERROR")
 			failed := 0
 			for _, s := range sts {
 				if s.Err != "" {
 					failed++
 				}
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\n", s.Addr, s.NodeID, s.State, s.LeaderID, s.Term, s.CommitIndex, s.AppliedIndex, s.Sessions, s.Held, s.Pending, s.Err)
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\n", s.Addr, s.NodeID, s.State, s.LeaderID, s.Term, s.CommitIndex, s.AppliedIndex, s.Sessions, s.Held, s.Pending, s.Version, s.Err)
 			}
 			w.Flush()
 			if failed == len(sts) {

@@ -62,7 +62,9 @@ Start a local 3-node cluster with 'lockcluster dev', then run a command under a
 lock with 'lockcluster lock NAME -- CMD'.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       currentBuild().Version,
 	}
+	root.SetVersionTemplate(currentBuild().String() + "\n")
 	pf := root.PersistentFlags()
 	pf.StringVar(&g.addr, "addr", envOr("LOCKCLUSTER_ADDR", "127.0.0.1:7700"), "cluster endpoints, comma-separated (env LOCKCLUSTER_ADDR)")
 	pf.StringVarP(&g.namespace, "namespace", "n", envOr("LOCKCLUSTER_NAMESPACE", "default"), "namespace (env LOCKCLUSTER_NAMESPACE)")
@@ -77,7 +79,7 @@ lock with 'lockcluster lock NAME -- CMD'.`,
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return &exitError{code: exitUsage, msg: err.Error() + "\n(see '" + c.CommandPath() + " --help')"}
 	})
-	root.AddCommand(newServe(), newDev(), newLock(g), newQuery(g), newMembers(g), newStatus(g), newJoin(g), newLeave(g), newHealth(g), newTLS(), newBench(g), newReap())
+	root.AddCommand(newServe(), newDev(), newLock(g), newQuery(g), newMembers(g), newStatus(g), newJoin(g), newLeave(g), newHealth(g), newTLS(), newBench(g), newVersion(g), newReap())
 	return root
 }
 
@@ -132,12 +134,17 @@ func (g *globals) dial(ctx context.Context, more ...lockcluster.Option) (*lockcl
 	return c, nil
 }
 
-func (g *globals) admin() (*lockcluster.Admin, error) {
+// admin connects for cluster operations to the given endpoints, or to
+// --addr's.
+func (g *globals) admin(endpoints ...string) (*lockcluster.Admin, error) {
 	opts, err := g.options()
 	if err != nil {
 		return nil, err
 	}
-	return lockcluster.DialAdmin(g.endpoints(), opts...)
+	if len(endpoints) == 0 {
+		endpoints = g.endpoints()
+	}
+	return lockcluster.DialAdmin(endpoints, opts...)
 }
 
 func printJSON(w io.Writer, v any) error {

@@ -242,6 +242,8 @@ func (c *serveConfig) run() error {
 		}
 		cfg.Raft.AddressProvider = dialOverride(dial)
 	}
+	b := announceBuild()
+	logger.Info("starting", "version", b.Version, "revision", b.Revision, "go", b.GoVersion)
 	n, err := node.Start(cfg)
 	if err != nil {
 		return err
