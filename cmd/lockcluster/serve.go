@@ -28,6 +28,7 @@ type serveConfig struct {
 	id, dataDir, grpcAddr, raftAddr, httpAddr string
 	advGRPC, advRaft, advHTTP                 string
 	bootstrap, join, logLevel, raftDial       string
+	logFormat                                 string
 	heartbeat, election, lease                time.Duration
 	checkpointEvery                           time.Duration
 	logStore                                  string
@@ -84,6 +85,7 @@ func (c *serveConfig) settings() []setting {
 		{key: "checkpoint-interval", usage: "the leader proposes a checkpoint of its applied-entry hash this often (a replica that differs fences itself)", dur: &c.checkpointEvery},
 		{key: "checkpoint-entries", usage: "...or after this many applied entries, whichever comes first", num: &c.checkpointEntries},
 		{key: "log-level", usage: "trace, debug, info, warn or error", str: &c.logLevel},
+		{key: "log-format", usage: "text, or json: one JSON object per line (@timestamp, @level, @module, @message and the fields)", str: &c.logFormat},
 		{key: "tls-cert", usage: "this node's certificate (PEM): serve the client API, raft and HTTP over TLS", str: &c.tls.Cert},
 		{key: "tls-key", usage: "this node's private key (PEM)", str: &c.tls.Key},
 		{key: "tls-ca", usage: "the CA that signs nodes' and clients' certificates; raft peers must present one", str: &c.tls.CA},
@@ -110,7 +112,7 @@ func (c *serveConfig) settings() []setting {
 func defaultServeConfig() *serveConfig {
 	host, _ := os.Hostname()
 	return &serveConfig{id: host, dataDir: "lockcluster-data", grpcAddr: "127.0.0.1:7700", raftAddr: "127.0.0.1:7701", httpAddr: "127.0.0.1:7702",
-		heartbeat: 500 * time.Millisecond, election: 500 * time.Millisecond, lease: 500 * time.Millisecond, logLevel: "info",
+		heartbeat: 500 * time.Millisecond, election: 500 * time.Millisecond, lease: 500 * time.Millisecond, logLevel: "info", logFormat: "text",
 		checkpointEvery: raftnode.DefaultCheckpointInterval, logStore: raftnode.LogStoreWAL, checkpointEntries: raftnode.DefaultCheckpointEntries,
 		maxMessage: 4 << 20, streamBacklog: server.DefaultStreamBacklogBytes, sessionRate: 5000, sessionBurst: 10000,
 		namespaceRate: 50000, namespaceBurst: 100000, limits: defaultLimits()}
@@ -188,10 +190,18 @@ func (c *serveConfig) run() error {
 	if level == hclog.NoLevel {
 		return &exitError{code: exitUsage, msg: fmt.Sprintf("--log-level %q is not trace, debug, info, warn or error", c.logLevel)}
 	}
-	logger := hclog.New(&hclog.LoggerOptions{Name: "lockcluster", Level: level, Output: os.Stderr, Color: hclog.AutoColor})
-	if os.Getenv("NO_COLOR") != "" {
-		logger = hclog.New(&hclog.LoggerOptions{Name: "lockcluster", Level: level, Output: os.Stderr})
+	lo := &hclog.LoggerOptions{Name: "lockcluster", Level: level, Output: os.Stderr, Color: hclog.AutoColor}
+	switch c.logFormat {
+	case "text", "":
+	case "json":
+		lo.JSONFormat, lo.Color = true, hclog.ColorOff
+	default:
+		return &exitError{code: exitUsage, msg: fmt.Sprintf("--log-format %q is not text or json", c.logFormat)}
 	}
+	if os.Getenv("NO_COLOR") != "" {
+		lo.Color = hclog.ColorOff
+	}
+	logger := hclog.New(lo)
 	peers, err := parsePeers(c.bootstrap)
 	if err != nil {
 		return &exitError{code: exitUsage, msg: err.Error()}
