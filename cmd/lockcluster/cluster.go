@@ -23,7 +23,7 @@ func (g *globals) withAdmin(output bool, f func(ctx context.Context, a *lockclus
 		}
 		a, err := g.admin()
 		if err != nil {
-			return adminExit(err)
+			return g.exit(err)
 		}
 		defer a.Close()
 		ctx, cancel := g.ctx()
@@ -40,7 +40,7 @@ func newMembers(g *globals) *cobra.Command {
 		RunE: g.withAdmin(true, func(ctx context.Context, a *lockcluster.Admin, _ []string) error {
 			ms, err := a.Members(ctx)
 			if err != nil {
-				return clientExit(err)
+				return g.exit(err)
 			}
 			out := g.memberVersions(ctx, ms)
 			if g.output == "json" {
@@ -116,6 +116,11 @@ func newStatus(g *globals) *cobra.Command {
 			}
 			w.Flush()
 			if failed == len(sts) {
+				// Why? Ask once more for a typed error: a refused
+				// credential (77) or a TLS node (69 with the hint).
+				if _, err := a.Members(ctx); err != nil {
+					return g.exit(err)
+				}
 				return &exitError{code: exitUnavailable, msg: "no endpoint answered"}
 			}
 			return nil
@@ -136,9 +141,12 @@ func newJoin(g *globals) *cobra.Command {
 			}
 			return nil
 		},
-		RunE: g.withAdmin(false, func(ctx context.Context, a *lockcluster.Admin, _ []string) error {
+		RunE: g.withAdmin(true, func(ctx context.Context, a *lockcluster.Admin, _ []string) error {
 			if err := a.Join(ctx, m); err != nil {
-				return clientExit(err)
+				return g.exit(err)
+			}
+			if g.output == "json" {
+				return printJSON(os.Stdout, map[string]any{"id": m.ID, "joined": true})
 			}
 			fmt.Printf("%s joined\n", m.ID)
 			return nil
@@ -161,9 +169,12 @@ func newLeave(g *globals) *cobra.Command {
 			}
 			return nil
 		},
-		RunE: g.withAdmin(false, func(ctx context.Context, a *lockcluster.Admin, args []string) error {
+		RunE: g.withAdmin(true, func(ctx context.Context, a *lockcluster.Admin, args []string) error {
 			if err := a.Leave(ctx, args[0]); err != nil {
-				return clientExit(err)
+				return g.exit(err)
+			}
+			if g.output == "json" {
+				return printJSON(os.Stdout, map[string]any{"id": args[0], "removed": true})
 			}
 			fmt.Printf("%s removed\n", args[0])
 			return nil
@@ -176,20 +187,28 @@ func newHealth(g *globals) *cobra.Command {
 		Use:   "health",
 		Short: "Exit 0 when the (first) endpoint serves: it is up and has a leader",
 		Args:  cobra.NoArgs,
-		RunE: g.withAdmin(false, func(ctx context.Context, a *lockcluster.Admin, _ []string) error {
-			if err := a.Health(ctx); err != nil {
+		RunE: g.withAdmin(true, func(ctx context.Context, a *lockcluster.Admin, _ []string) error {
+			err := a.Health(ctx)
+			if err != nil && errors.Is(err, lockcluster.ErrPermission) {
+				return g.exit(err)
+			}
+			if g.output == "json" {
+				st := map[string]any{"endpoint": g.endpoints()[0], "serving": err == nil}
+				if err != nil {
+					st["error"] = err.Error()
+				}
+				printJSON(os.Stdout, st)
+			}
+			if err != nil {
+				if g.output == "json" {
+					return &exitError{code: exitFailure}
+				}
 				return &exitError{code: exitFailure, msg: err.Error()}
 			}
-			fmt.Println("serving")
+			if g.output != "json" {
+				fmt.Println("serving")
+			}
 			return nil
 		}),
 	}
-}
-
-func adminExit(err error) error {
-	var ex *exitError
-	if errors.As(err, &ex) {
-		return ex
-	}
-	return clientExit(err)
 }

@@ -194,7 +194,7 @@ func (r *lockRun) run() error {
 	case err != nil && r.timeout > 0 && errors.Is(whole.Err(), context.DeadlineExceeded):
 		return timedOut("still queued")
 	case err != nil:
-		return clientExit(err)
+		return g.exit(err)
 	}
 	if r.verbose {
 		g.say("granted", fmt.Sprintf("lock %q granted, token %d", name, l.Token()), map[string]any{"name": name, "token": l.Token()})
@@ -341,15 +341,4 @@ func (r *lockRun) runChild(l *lockcluster.Lock, sig <-chan os.Signal) (int, erro
 			kill = time.AfterFunc(r.grace, func() { grp.signal(syscall.SIGKILL) })
 		}
 	}
-}
-
-// clientExit maps a client error to an exit status and message.
-func clientExit(err error) error {
-	switch {
-	case errors.Is(err, lockcluster.ErrUnavailable):
-		return &exitError{code: exitUnavailable, msg: err.Error()}
-	case errors.Is(err, lockcluster.ErrInvalid), errors.Is(err, lockcluster.ErrNotSupported):
-		return &exitError{code: exitUsage, msg: err.Error()}
-	}
-	return &exitError{code: exitFailure, msg: err.Error()}
 }

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -10,16 +11,26 @@ import (
 )
 
 func main() {
-	err := newRoot().Execute()
+	root := newRoot()
+	err := root.Execute()
+	if err == nil {
+		return
+	}
+	code := exitFailure
+	msg := err.Error()
 	var ex *exitError
 	if errors.As(err, &ex) {
-		if ex.msg != "" {
-			fmt.Fprintln(os.Stderr, "lockcluster:", strings.TrimPrefix(ex.msg, "lockcluster: "))
-		}
-		os.Exit(ex.code)
+		code, msg = ex.code, ex.msg
 	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "lockcluster:", strings.TrimPrefix(err.Error(), "lockcluster: "))
-		os.Exit(1)
+	msg = strings.TrimPrefix(msg, "lockcluster: ")
+	switch {
+	case msg == "":
+	case root.PersistentFlags().Lookup("output").Value.String() == "json":
+		// -o json: the error too is an object, on stderr.
+		b, _ := json.Marshal(map[string]any{"error": msg, "exitCode": code})
+		fmt.Fprintf(os.Stderr, "%s\n", b)
+	default:
+		fmt.Fprintln(os.Stderr, "lockcluster:", msg)
 	}
+	os.Exit(code)
 }

@@ -34,7 +34,7 @@ mode and clientId, plus sessionId, requestId, label, token and times.`,
 			defer c.Close(ctx)
 			q, err := c.Query(ctx)
 			if err != nil {
-				return clientExit(err)
+				return g.exit(err)
 			}
 			if g.output == "json" {
 				return printJSON(os.Stdout, q)

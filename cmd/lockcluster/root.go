@@ -23,6 +23,7 @@ const (
 	exitNotAvail    = 75 // lock --if-available: the lock is taken
 	exitTimeout     = 73 // lock --timeout: the lock was not granted in time
 	exitUnavailable = 69 // no endpoint answered
+	exitNoPerm      = 77 // a credential was refused (EX_NOPERM)
 )
 
 type exitError struct {
@@ -129,7 +130,7 @@ func (g *globals) dial(ctx context.Context, more ...lockcluster.Option) (*lockcl
 	opts = append(opts, lockcluster.WithNamespace(g.namespace))
 	c, err := lockcluster.Dial(ctx, g.endpoints(), append(opts, more...)...)
 	if err != nil {
-		return nil, clientExit(err)
+		return nil, g.exit(err)
 	}
 	return c, nil
 }

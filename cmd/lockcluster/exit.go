@@ -1,0 +1,68 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/lockcluster/lockcluster"
+)
+
+// exit maps an error from the client package to an exit status and a
+// message that says what the user can do about it.
+func (g *globals) exit(err error) error {
+	var ex *exitError
+	switch {
+	case errors.As(err, &ex):
+		return ex
+	case errors.Is(err, lockcluster.ErrPermission):
+		return &exitError{code: exitNoPerm, msg: fmt.Sprintf("permission denied: the cluster refused %s (namespace %q): %v", g.credential(), g.namespace, err)}
+	case errors.Is(err, lockcluster.ErrUnavailable):
+		if hint := g.tlsHint(); hint != "" {
+			return &exitError{code: exitUnavailable, msg: hint + " (" + err.Error() + ")"}
+		}
+		return &exitError{code: exitUnavailable, msg: err.Error()}
+	case errors.Is(err, lockcluster.ErrInvalid), errors.Is(err, lockcluster.ErrNotSupported):
+		return &exitError{code: exitUsage, msg: err.Error()}
+	}
+	return &exitError{code: exitFailure, msg: err.Error()}
+}
+
+// credential names the kind of credential this command presented.
+func (g *globals) credential() string {
+	var kinds []string
+	if g.token != "" {
+		kinds = append(kinds, "the bearer token (--token or LOCKCLUSTER_TOKEN)")
+	}
+	if g.tls.Cert != "" {
+		kinds = append(kinds, fmt.Sprintf("the client certificate %s (--cert or LOCKCLUSTER_CERT)", g.tls.Cert))
+	}
+	if len(kinds) == 0 {
+		return "a call without credentials: set --token (LOCKCLUSTER_TOKEN) or --cert/--key"
+	}
+	return strings.Join(kinds, " and ")
+}
+
+// tlsHint says "the node speaks TLS" when this command connects in
+// plaintext and an endpoint completes a TLS handshake.
+func (g *globals) tlsHint() string {
+	if g.tls.Enabled() {
+		return ""
+	}
+	for _, e := range g.endpoints() {
+		e = strings.TrimSpace(e)
+		d := &net.Dialer{Timeout: time.Second}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		conn, err := (&tls.Dialer{NetDialer: d, Config: &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"h2"}}}).DialContext(ctx, "tcp", e)
+		cancel()
+		if err == nil {
+			conn.Close()
+			return fmt.Sprintf("the node at %s speaks TLS: set --cacert (or LOCKCLUSTER_CACERT) to the cluster's CA certificate", e)
+		}
+	}
+	return ""
+}
