@@ -8,9 +8,12 @@
 //     run, builds the image (scripts/docker-build.sh), brings the compose
 //     cluster up, uses it from the host (the Go client, and dist/lockcluster
 //     query), kills the leader's container, restarts it, and tears everything
-//     down (`down -v`), in about 35-45 s. It skips with -short, when
-//     LOCKCLUSTER_SKIP_DOCKER is set, when the host ports are taken, or when
-//     containers of another compose project have the cluster's names. A flock
-//     on $TMPDIR/lockcluster-docker.lock keeps two such tests from running at
-//     once.
+//     down (`down -v`), in about 35-45 s. It runs its own copy of
+//     docker-compose.yml: compose project lockcluster-e2e, containers
+//     lockcluster-e2e-node0..2, network lockcluster-e2e on 172.31.79.0/24,
+//     host ports picked free in 17000-17999, so it never touches a cluster
+//     started with `docker compose up` nor needs 7700 free. It skips with
+//     -short, when LOCKCLUSTER_SKIP_DOCKER is set, or when containers of
+//     another compose project have its names. A flock on
+//     $TMPDIR/lockcluster-e2e-docker.lock keeps two runs from overlapping.
 package composetest

@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,22 +18,57 @@ import (
 	"time"
 
 	"github.com/lockcluster/lockcluster"
+	"github.com/lockcluster/lockcluster/test/ports"
 )
 
+// The test's cluster is docker-compose.yml with every name a user's
+// `docker compose up` (or test/jepsen-lite --docker) would use changed:
+// its own compose project, container names, network name and subnet, and
+// host ports picked free, so it neither collides with a cluster the user
+// runs nor skips because `lockcluster dev` holds 7700.
 const (
 	project   = "lockcluster-e2e" // volumes are lockcluster-e2e_node0-data...
+	prefix    = "lockcluster-e2e-"
+	network   = "lockcluster-e2e"
+	subnet    = "172.31.79." // the compose file's 172.31.77.
 	namespace = "docker-e2e"
-	// lockFile serialises the tests that drive the compose cluster (its
-	// container names and host ports are fixed): this one and
-	// test/jepsen-lite's --docker run take it with flock(2).
-	lockFile = "lockcluster-docker.lock"
+	// lockFile serialises runs of this test (its names are fixed) with
+	// flock(2).
+	lockFile = "lockcluster-e2e-docker.lock"
 )
 
-var (
-	containers = []string{"lockcluster-node0", "lockcluster-node1", "lockcluster-node2"}
-	endpoints  = []string{"127.0.0.1:7700", "127.0.0.1:7710", "127.0.0.1:7720"}
-	hostPorts  = []string{"7700", "7702", "7710", "7712", "7720", "7722"}
-)
+var containers = []string{prefix + "node0", prefix + "node1", prefix + "node2"}
+
+// testCompose writes the test's compose file, from docker-compose.yml,
+// into dir, with the host's gRPC and HTTP ports of node i at grpc[i] and
+// http[i]. It fails when the file no longer has what it rewrites.
+func testCompose(t *testing.T, root, dir string, grpc, http []string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(root, "docker-compose.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(b)
+	replace := func(old, new string, want int) {
+		t.Helper()
+		if n := strings.Count(s, old); n != want {
+			t.Fatalf("docker-compose.yml has %d of %q, the test expects %d: update testCompose", n, old, want)
+		}
+		s = strings.ReplaceAll(s, old, new)
+	}
+	replace("container_name: lockcluster-node", "container_name: "+prefix+"node", 3)
+	replace("    name: lockcluster\n", "    name: "+network+"\n", 1)
+	replace("172.31.77.", subnet, 6)
+	for i := range 3 {
+		replace(fmt.Sprintf(`"127.0.0.1:77%d0:7700"`, i), fmt.Sprintf(`"%s:7700"`, grpc[i]), 1)
+		replace(fmt.Sprintf(`"127.0.0.1:77%d2:7702"`, i), fmt.Sprintf(`"%s:7702"`, http[i]), 1)
+	}
+	path := filepath.Join(dir, "docker-compose.yml")
+	if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
 
 // run runs a command with its own time limit and returns its combined output.
 func run(ctx context.Context, limit time.Duration, dir string, env []string, argv ...string) (string, error) {
@@ -133,8 +167,19 @@ func TestDockerCompose(t *testing.T) {
 	t.Logf("compose tool: %s", strings.Join(tool, " "))
 	lockDocker(t, 4*time.Minute)
 
+	var endpoints, httpPorts []string
+	for range 3 {
+		for _, list := range []*[]string{&endpoints, &httpPorts} {
+			addr, err := ports.Free(17000, 18000)
+			if err != nil {
+				t.Fatal(err)
+			}
+			*list = append(*list, addr)
+		}
+	}
+	file := testCompose(t, root, t.TempDir(), endpoints, httpPorts)
 	compose := func(limit time.Duration, args ...string) (string, error) {
-		argv := append(append([]string{}, tool...), "-p", project, "-f", filepath.Join(root, "docker-compose.yml"))
+		argv := append(append([]string{}, tool...), "-p", project, "-f", file)
 		return run(context.Background(), limit, root, nil, append(argv, args...)...)
 	}
 	docker := func(limit time.Duration, args ...string) (string, error) {
@@ -159,17 +204,10 @@ func TestDockerCompose(t *testing.T) {
 			t.Skipf("container %s exists (compose project %q): a cluster started with `docker compose up`? Not touching it", c, p)
 		}
 	}
-	if out, err := docker(30*time.Second, "network", "ls", "--filter", "name=^lockcluster$", "--format", `{{.Label "com.docker.compose.project"}}`); err != nil {
+	if out, err := docker(30*time.Second, "network", "ls", "--filter", "name=^"+network+"$", "--format", `{{.Label "com.docker.compose.project"}}`); err != nil {
 		t.Fatal(err)
 	} else if p := strings.TrimSpace(out); p != "" && p != project {
-		t.Skipf("network lockcluster belongs to compose project %q; not touching it", p)
-	}
-	for _, p := range hostPorts {
-		l, err := net.Listen("tcp", "127.0.0.1:"+p)
-		if err != nil {
-			t.Skipf("host port 127.0.0.1:%s is in use (lockcluster dev?): %v", p, err)
-		}
-		l.Close()
+		t.Skipf("network %s belongs to compose project %q; not touching it", network, p)
 	}
 
 	// The documented build command.
@@ -258,8 +296,8 @@ func TestDockerCompose(t *testing.T) {
 	notAvailable("before the kill")
 
 	// Kill the leader's container.
-	leader := leaderID(t, ctx)
-	killed := "lockcluster-" + leader
+	leader := leaderID(t, ctx, endpoints)
+	killed := prefix + leader
 	start = time.Now()
 	if _, err := docker(30*time.Second, "kill", killed); err != nil {
 		t.Fatal(err)
@@ -308,7 +346,7 @@ func TestDockerCompose(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitHealthy(t, ctx, 60*time.Second, killed)
-	caughtUp(t, ctx, 30*time.Second)
+	caughtUp(t, ctx, 30*time.Second, endpoints)
 	t.Logf("%s restarted, healthy and caught up in %s", killed, time.Since(start).Round(10*time.Millisecond))
 
 	q, err := a.Query(c3)
@@ -337,7 +375,7 @@ func waitHealthy(t *testing.T, ctx context.Context, limit time.Duration, names .
 }
 
 // leaderID asks the nodes who leads.
-func leaderID(t *testing.T, ctx context.Context) string {
+func leaderID(t *testing.T, ctx context.Context, endpoints []string) string {
 	t.Helper()
 	a, err := lockcluster.DialAdmin(endpoints)
 	if err != nil {
@@ -359,7 +397,7 @@ func leaderID(t *testing.T, ctx context.Context) string {
 }
 
 // caughtUp waits until every node has applied the leader's commit index.
-func caughtUp(t *testing.T, ctx context.Context, limit time.Duration) {
+func caughtUp(t *testing.T, ctx context.Context, limit time.Duration, endpoints []string) {
 	t.Helper()
 	a, err := lockcluster.DialAdmin(endpoints)
 	if err != nil {
