@@ -94,7 +94,8 @@ type lockRun struct {
 	grace   time.Duration
 	ttl     time.Duration
 	verbose bool
-	argv    []string
+	label   string   // the session's label (elect: the candidate's value); "": host:pid
+	argv    []string // empty: hold the lock until a signal (elect without CMD)
 }
 
 // unreachableAfter is how long 'lock' tries to reach any endpoint before it
@@ -162,7 +163,11 @@ func (r *lockRun) run() error {
 		dctx, cancel = context.WithTimeout(base, g.timeout)
 		defer cancel()
 	}
-	c, err := g.dial(dctx, lockcluster.WithTTL(r.ttl))
+	dopts := []lockcluster.Option{lockcluster.WithTTL(r.ttl)}
+	if r.label != "" {
+		dopts = append(dopts, lockcluster.WithLabel(r.label))
+	}
+	c, err := g.dial(dctx, dopts...)
 	if err != nil {
 		if e := stopped(); e != nil {
 			return e
@@ -199,7 +204,12 @@ func (r *lockRun) run() error {
 	if r.verbose {
 		g.say("granted", fmt.Sprintf("lock %q granted, token %d", name, l.Token()), map[string]any{"name": name, "token": l.Token()})
 	}
-	code, err := r.runChild(l, sig)
+	var code int
+	if len(r.argv) == 0 {
+		err = r.hold(l, sig)
+	} else {
+		code, err = r.runChild(l, sig)
+	}
 	rctx, rcancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer rcancel()
 	if rerr := l.Release(rctx); rerr != nil && err == nil {
@@ -298,6 +308,29 @@ func reachable(ctx context.Context, endpoints []string, d time.Duration) error {
 		errs = append(errs, r.err.Error())
 	}
 	return fmt.Errorf("no endpoint answered within %s: %s", d, strings.Join(errs, "; "))
+}
+
+// hold keeps l until a signal (then releases it: exit 0) or its loss
+// (exit 74).
+func (r *lockRun) hold(l *lockcluster.Lock, sig <-chan os.Signal) error {
+	if r.label != "" {
+		if r.g.output == "json" {
+			printJSONLine(map[string]any{"name": r.name, "value": r.label, "token": l.Token()})
+		} else {
+			fmt.Println(r.label)
+		}
+	}
+	for {
+		select {
+		case s := <-sig:
+			if aborting(s) {
+				return nil
+			}
+		case <-l.Done():
+			lost := context.Cause(l.Context())
+			return &exitError{code: exitLost, msg: fmt.Sprintf("lock %q lost (%v)", l.Name(), lost)}
+		}
+	}
 }
 
 // runChild runs the command while l is held. It returns the command's exit

@@ -80,7 +80,7 @@ lock with 'lockcluster lock NAME -- CMD'.`,
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return &exitError{code: exitUsage, msg: err.Error() + "\n(see '" + c.CommandPath() + " --help')"}
 	})
-	root.AddCommand(newServe(), newDev(), newLock(g), newQuery(g), newMembers(g), newStatus(g), newJoin(g), newLeave(g), newHealth(g), newTLS(), newBench(g), newVersion(g), newReap())
+	root.AddCommand(newServe(), newDev(), newLock(g), newQuery(g), newMembers(g), newStatus(g), newJoin(g), newLeave(g), newHealth(g), newTLS(), newBench(g), newVersion(g), newElect(g), newObserve(g), newReap())
 	return root
 }
 
@@ -167,4 +167,10 @@ func (g *globals) say(event, text string, details map[string]any) {
 	}
 	b, _ := json.Marshal(m)
 	fmt.Fprintf(os.Stderr, "%s\n", b)
+}
+
+// printJSONLine prints v as one line of JSON on stdout (a stream of objects).
+func printJSONLine(v any) {
+	b, _ := json.Marshal(v)
+	fmt.Printf("%s\n", b)
 }
