@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc/metadata"
 
@@ -114,6 +115,23 @@ func (s *Server) admit(ctx context.Context, cmd fsm.Command, secret []byte) erro
 		}
 	}
 	return nil
+}
+
+// pace waits before a limit refusal of namespace ns once the namespace is
+// refused more than Config.RefusalRate times a second on this node: a
+// flood of calls over a limit then waits (a timer, no CPU) instead of
+// spinning the node, and every caller still gets its answer.
+func (s *Server) pace(ctx context.Context, ns string) {
+	d := s.refusal.delay(ns, s.cfg.Now(), time.Second)
+	if d <= 0 {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
 }
 
 func namespaceOf(cmd fsm.Command) string {

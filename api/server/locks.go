@@ -6,6 +6,8 @@ import (
 	"fmt"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	pb "github.com/lockcluster/lockcluster/api/lockclusterv1"
@@ -22,6 +24,9 @@ func write[T any](s *Server, ctx context.Context, cmd fsm.Command, secret []byte
 	var idx uint64
 	if err == nil {
 		ap, idx, err = s.proposeOnce(ctx, cmd)
+	}
+	if status.Code(err) == codes.ResourceExhausted {
+		s.pace(ctx, namespaceOf(cmd))
 	}
 	if err != nil {
 		r, ferr := forward(s, ctx, err, func(ctx context.Context, cc *grpc.ClientConn) (T, error) {

@@ -61,3 +61,26 @@ func (r *rateLimiter[K]) allow(key K, now time.Time) bool {
 	b.tokens--
 	return true
 }
+
+// delay takes one token from key's bucket, going into debt when it is
+// empty, and returns how long the caller should wait for its token (0 when
+// there was one). The debt is bounded by limit: a caller never waits longer.
+func (r *rateLimiter[K]) delay(key K, now time.Time, limit time.Duration) time.Duration {
+	if r == nil {
+		return 0
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	b := r.b[key]
+	if b == nil {
+		b = &bucket{tokens: r.burst, last: now}
+		r.b[key] = b
+	}
+	b.tokens = min(r.burst, b.tokens+now.Sub(b.last).Seconds()*r.rate)
+	b.last = now
+	b.tokens = max(b.tokens-1, -limit.Seconds()*r.rate)
+	if b.tokens >= 0 {
+		return 0
+	}
+	return time.Duration(-b.tokens / r.rate * float64(time.Second))
+}

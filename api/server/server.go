@@ -50,6 +50,12 @@ type Config struct {
 	// burst allowed above it.
 	NamespaceRate  float64
 	NamespaceBurst int
+	// RefusalRate paces the refusals over a limit of one namespace on this
+	// node: past this many a second (and a burst of as many), each further
+	// refusal is answered only after a wait (at most a second) instead of
+	// at once, so a tenant that floods calls its limits refuse cannot
+	// spend the node's CPU on them (0: no pacing).
+	RefusalRate float64
 	// IsAdmin reports whether a call carries an admin credential with auth
 	// on (nil, or auth off: never). An admin may release, abort or close
 	// any session without its secret; it is audited.
@@ -90,6 +96,7 @@ type Server struct {
 	touches *touchBatcher
 	rate    *rateLimiter[uint64] // per session
 	nsRate  *rateLimiter[string] // per namespace, on the leader
+	refusal *rateLimiter[string] // paces a namespace's limit refusals
 	gate    gate                 // admit.go
 	log     hclog.Logger
 	done    chan struct{} // closed when Run returns: streams end
@@ -123,6 +130,7 @@ func New(cfg Config) *Server {
 	s.touches = newTouchBatcher(s, cfg.HeartbeatFlush)
 	s.rate = newRateLimiter[uint64](cfg.SessionRate, cfg.SessionBurst)
 	s.nsRate = newRateLimiter[string](cfg.NamespaceRate, cfg.NamespaceBurst)
+	s.refusal = newRateLimiter[string](cfg.RefusalRate, int(cfg.RefusalRate))
 	s.gate.init()
 	return s
 }

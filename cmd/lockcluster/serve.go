@@ -40,6 +40,7 @@ type serveConfig struct {
 	sessionRate                               float64
 	sessionBurst                              int64
 	namespaceRate                             float64
+	refusalRate                               float64
 	namespaceBurst                            int64
 	streamBacklog                             int64
 	limits                                    limitSettings
@@ -95,6 +96,7 @@ func (c *serveConfig) settings() []setting {
 		{key: "session-burst", usage: "writes a session may make at once above session-rate", num: &c.sessionBurst},
 		{key: "namespace-rate", usage: "writes per second one namespace may put in the log, checked by the leader (0: no limit)", float: &c.namespaceRate},
 		{key: "namespace-burst", usage: "writes a namespace may make at once above namespace-rate", num: &c.namespaceBurst},
+		{key: "refusal-rate", usage: "refusals over a limit one namespace gets at once per second on this node; further ones wait (up to 1s) before they are answered (0: no pacing)", float: &c.refusalRate},
 		{key: "stream-backlog-bytes", usage: "bytes of events a session stream may fall behind before it is cut (its client resynchronises)", num: &c.streamBacklog},
 		{key: "limit-name-bytes", usage: "cluster limit: bytes in a lock name", num: &c.limits.nameBytes},
 		{key: "limit-scope-names", usage: "cluster limit: names in one request", num: &c.limits.scopeNames},
@@ -115,7 +117,7 @@ func defaultServeConfig() *serveConfig {
 		heartbeat: 500 * time.Millisecond, election: 500 * time.Millisecond, lease: 500 * time.Millisecond, logLevel: "info", logFormat: "text",
 		checkpointEvery: raftnode.DefaultCheckpointInterval, logStore: raftnode.LogStoreWAL, checkpointEntries: raftnode.DefaultCheckpointEntries,
 		maxMessage: 4 << 20, streamBacklog: server.DefaultStreamBacklogBytes, sessionRate: 5000, sessionBurst: 10000,
-		namespaceRate: 50000, namespaceBurst: 100000, limits: defaultLimits()}
+		namespaceRate: 50000, namespaceBurst: 100000, refusalRate: 1000, limits: defaultLimits()}
 }
 
 func newServe() *cobra.Command { return serveCommand(defaultServeConfig()) }
@@ -229,6 +231,7 @@ func (c *serveConfig) run() error {
 	cfg.Server.Limits = &limits
 	cfg.Server.SessionRate, cfg.Server.SessionBurst = c.sessionRate, int(c.sessionBurst)
 	cfg.Server.NamespaceRate, cfg.Server.NamespaceBurst = c.namespaceRate, int(c.namespaceBurst)
+	cfg.Server.RefusalRate = c.refusalRate
 	if c.streamBacklog <= 0 || c.streamBacklog > math.MaxInt32 {
 		return &exitError{code: exitUsage, msg: fmt.Sprintf("--stream-backlog-bytes=%d: want a positive size under 2 GiB", c.streamBacklog)}
 	}
