@@ -149,6 +149,12 @@ func TestClusterChainsAgree(t *testing.T) {
 		cfg.TrailingLogs = 2
 	})
 	leader := c.waitLeader()
+	// The chain starts at the leader's anchor entry: entries proposed
+	// before it is applied are not in any chain.
+	waitFor(t, 10*time.Second, "the anchor", func() bool {
+		_, _, known := leader.node.AppliedHash()
+		return known
+	})
 	for i := range 20 {
 		propose(t, leader.node, fmt.Sprint("e", i))
 	}
