@@ -40,21 +40,7 @@ func (r *rateLimiter[K]) allow(key K, now time.Time) bool {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if now.Sub(r.swept) > time.Minute {
-		for id, b := range r.b {
-			if now.Sub(b.last) > time.Minute {
-				delete(r.b, id)
-			}
-		}
-		r.swept = now
-	}
-	b := r.b[key]
-	if b == nil {
-		b = &bucket{tokens: r.burst, last: now}
-		r.b[key] = b
-	}
-	b.tokens = min(r.burst, b.tokens+now.Sub(b.last).Seconds()*r.rate)
-	b.last = now
+	b := r.refill(key, now)
 	if b.tokens < 1 {
 		return false
 	}
@@ -71,6 +57,25 @@ func (r *rateLimiter[K]) delay(key K, now time.Time, limit time.Duration) time.D
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	b := r.refill(key, now)
+	b.tokens = max(b.tokens-1, -limit.Seconds()*r.rate)
+	if b.tokens >= 0 {
+		return 0
+	}
+	return time.Duration(-b.tokens / r.rate * float64(time.Second))
+}
+
+// refill returns key's bucket with the tokens earned since its last use,
+// and drops the buckets idle for a minute; r.mu is held.
+func (r *rateLimiter[K]) refill(key K, now time.Time) *bucket {
+	if now.Sub(r.swept) > time.Minute {
+		for id, b := range r.b {
+			if now.Sub(b.last) > time.Minute {
+				delete(r.b, id)
+			}
+		}
+		r.swept = now
+	}
 	b := r.b[key]
 	if b == nil {
 		b = &bucket{tokens: r.burst, last: now}
@@ -78,9 +83,5 @@ func (r *rateLimiter[K]) delay(key K, now time.Time, limit time.Duration) time.D
 	}
 	b.tokens = min(r.burst, b.tokens+now.Sub(b.last).Seconds()*r.rate)
 	b.last = now
-	b.tokens = max(b.tokens-1, -limit.Seconds()*r.rate)
-	if b.tokens >= 0 {
-		return 0
-	}
-	return time.Duration(-b.tokens / r.rate * float64(time.Second))
+	return b
 }
