@@ -70,6 +70,10 @@ func TestClusterCommands(t *testing.T) {
 		if out, code := run(t, pc, "status"); code != 0 || strings.Count(out, "Leader") < 1 {
 			t.Fatalf("status: exit %d: %s", code, out)
 		}
+		// An endpoint that does not answer makes status fail, after the table.
+		if out, code := run(t, pc, "status", "--addr", strings.Join(pc.addrs(), ",")+",127.0.0.1:1"); code != 1 || !strings.Contains(out, "1 of 4 endpoints did not answer") || !strings.Contains(out, "Leader") {
+			t.Fatalf("status with a dead endpoint: exit %d: %s", code, out)
+		}
 		// Health is a probe: a node reports SERVING once it sees a leader.
 		waitFor(t, 5*time.Second, "health to pass", func() bool {
 			_, code := run(t, pc, "health")

@@ -123,6 +123,10 @@ func newStatus(g *globals) *cobra.Command {
 				}
 				return &exitError{code: exitUnavailable, msg: "no endpoint answered"}
 			}
+			if failed > 0 {
+				// A probe or a script must not read a dead node as healthy.
+				return &exitError{code: exitFailure, msg: fmt.Sprintf("%d of %d endpoints did not answer (see ERROR)", failed, len(sts))}
+			}
 			return nil
 		}),
 	}
