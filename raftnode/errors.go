@@ -31,6 +31,10 @@ var (
 
 	// ErrShutdown: the node is shut down (or shutting down).
 	ErrShutdown = errors.New("raftnode: node is shut down")
+
+	// ErrNotMember: Leave named a server that is not in the committed
+	// configuration (never was, or was removed already).
+	ErrNotMember = errors.New("raftnode: not a member")
 )
 
 // NotLeaderError is the concrete form of ErrNotLeader. LeaderID and

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/hashicorp/raft"
 )
@@ -55,7 +56,9 @@ func (n *Node) Join(ctx context.Context, id, addr string) error {
 
 // Leave removes server id from the cluster (raft RemoveServer); it works
 // for dead members too. It must run on the leader (else *NotLeaderError).
-// Removing an id that is not in the committed configuration returns nil.
+// Removing an id that is not in the committed configuration is an error
+// matching ErrNotMember that names the members, as etcd's member remove of
+// an unknown id is: a typo must not look like success.
 // A leader that removes itself steps down once the change commits.
 func (n *Node) Leave(ctx context.Context, id string) error {
 	if id == "" {
@@ -69,12 +72,13 @@ func (n *Node) Leave(ctx context.Context, id string) error {
 		return err
 	}
 	present := false
+	var ids []string
 	for _, s := range conf.Servers {
 		present = present || string(s.ID) == id
+		ids = append(ids, string(s.ID))
 	}
 	if !present && committed {
-		n.logger.Debug("leave: not a member", "id", id)
-		return nil
+		return notMember{id: id, members: ids}
 	}
 	ctx, cancel, timeout := withTimeout(ctx)
 	defer cancel()
@@ -196,3 +200,15 @@ func (n *Node) Snapshot(ctx context.Context) (uint64, error) {
 	}
 	return meta.Index, nil
 }
+
+// notMember is ErrNotMember for one id, naming the members.
+type notMember struct {
+	id      string
+	members []string
+}
+
+func (e notMember) Error() string {
+	return fmt.Sprintf("%q is not in the cluster (members: %s)", e.id, strings.Join(e.members, ", "))
+}
+
+func (e notMember) Is(target error) bool { return target == ErrNotMember }

@@ -2,6 +2,7 @@ package raftnode
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 )
@@ -64,8 +65,8 @@ func TestJoinAndLeave(t *testing.T) {
 	if got := members(t, leader.node); len(got) != 3 {
 		t.Fatalf("Members after Leave = %+v, want 3", got)
 	}
-	if err := leader.node.Leave(ctxTimeout(t, 5*time.Second), n4.id); err != nil {
-		t.Fatalf("second Leave: %v", err)
+	if err := leader.node.Leave(ctxTimeout(t, 5*time.Second), n4.id); !errors.Is(err, ErrNotMember) || !strings.Contains(err.Error(), n4.id) {
+		t.Fatalf("second Leave: %v, want ErrNotMember naming %s", err, n4.id)
 	}
 	c.stop(n4, true)
 	c.nodes = c.nodes[:3]

@@ -237,6 +237,8 @@ const (
 	// (a failed checkpoint) and it serves nothing until an operator rebuilds
 	// it. Safe to retry on another node.
 	ErrorReason_REPLICA_DIVERGED ErrorReason = 10
+	// NotFound: leave named a server that is not a member.
+	ErrorReason_NOT_MEMBER ErrorReason = 11
 )
 
 // Enum value maps for ErrorReason.
@@ -253,6 +255,7 @@ var (
 		8:  "OUTCOME_UNKNOWN",
 		9:  "SHUTTING_DOWN",
 		10: "REPLICA_DIVERGED",
+		11: "NOT_MEMBER",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED": 0,
@@ -266,6 +269,7 @@ var (
 		"OUTCOME_UNKNOWN":          8,
 		"SHUTTING_DOWN":            9,
 		"REPLICA_DIVERGED":         10,
+		"NOT_MEMBER":               11,
 	}
 )
 
@@ -2818,7 +2822,7 @@ const file_lockcluster_proto_rawDesc = "" +
 	"\rCAUSE_ABORTED\x10\x01\x12\x10\n" +
 	"\fCAUSE_STOLEN\x10\x02\x12\x18\n" +
 	"\x14CAUSE_SESSION_CLOSED\x10\x03\x12\x19\n" +
-	"\x15CAUSE_SESSION_EXPIRED\x10\x04*\xd5\x01\n" +
+	"\x15CAUSE_SESSION_EXPIRED\x10\x04*\xe5\x01\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rNOT_SUPPORTED\x10\x01\x12\v\n" +
@@ -2833,7 +2837,9 @@ const file_lockcluster_proto_rawDesc = "" +
 	"\x0fOUTCOME_UNKNOWN\x10\b\x12\x11\n" +
 	"\rSHUTTING_DOWN\x10\t\x12\x14\n" +
 	"\x10REPLICA_DIVERGED\x10\n" +
-	"2\x9f\x04\n" +
+	"\x12\x0e\n" +
+	"\n" +
+	"NOT_MEMBER\x10\v2\x9f\x04\n" +
 	"\x05Locks\x12V\n" +
 	"\vOpenSession\x12\".lockcluster.v1.OpenSessionRequest\x1a#.lockcluster.v1.OpenSessionResponse\x12Y\n" +
 	"\fCloseSession\x12#.lockcluster.v1.CloseSessionRequest\x1a$.lockcluster.v1.CloseSessionResponse\x12E\n" +

@@ -61,6 +61,8 @@ func toStatus(err error) error {
 	switch {
 	case errors.As(err, &nl):
 		return withInfo(codes.Unavailable, pb.ErrorReason_NOT_LEADER, "NotLeader", "this node is not the leader and could not forward: "+err.Error(), map[string]string{"leader": nl.LeaderAddr})
+	case errors.Is(err, raftnode.ErrNotMember):
+		return withInfo(codes.NotFound, pb.ErrorReason_NOT_MEMBER, "NotFoundError", err.Error(), nil)
 	case errors.Is(err, raftnode.ErrDiverged):
 		return withInfo(codes.Unavailable, pb.ErrorReason_REPLICA_DIVERGED, "ReplicaDiverged", err.Error(), nil)
 	case errors.Is(err, raftnode.ErrShutdown):

@@ -100,5 +100,9 @@ func TestClusterCommands(t *testing.T) {
 		if len(ms) != 2 {
 			t.Fatalf("after leave: %s", out)
 		}
+		// Leaving again, or a typo, is an error naming the members.
+		if out, code := run(t, pc, "leave", pc.nodes[victim].id); code == 0 || !strings.Contains(out, "not in the cluster") {
+			t.Fatalf("leave of a non-member: exit %d: %s", code, out)
+		}
 	})
 }
