@@ -12,9 +12,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -61,11 +59,8 @@ func TestAuditLog(t *testing.T) {
 	}})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cc, err := grpc.NewClient(c.Addrs()[0], grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
+	cc := rawConn(t, c.Addrs()[0])
+	var err error
 	lc := pb.NewLocksClient(cc)
 	as := func(token string) context.Context {
 		if token == "" {
@@ -216,11 +211,7 @@ func TestAuditLogForwardedOnce(t *testing.T) {
 	follower := c.Nodes[(leader+1)%len(c.Nodes)]
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cc, err := grpc.NewClient(follower.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
+	cc := rawConn(t, follower.GRPCAddr())
 	lc := pb.NewLocksClient(cc)
 	as := func(token string) context.Context {
 		return metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token)

@@ -11,7 +11,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -34,12 +33,7 @@ func TestStalledStreamIsCutByBytes(t *testing.T) {
 	defer cancel()
 	// Small fixed windows: what gRPC itself buffers for the stream stays a
 	// couple of events, so the backlog must pass the cap.
-	cc, err := grpc.NewClient(c.Addrs()[0], grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithInitialWindowSize(64<<10), grpc.WithInitialConnWindowSize(64<<10))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
+	cc := rawConn(t, c.Addrs()[0], grpc.WithInitialWindowSize(64<<10), grpc.WithInitialConnWindowSize(64<<10))
 	lc := pb.NewLocksClient(cc)
 	open := func() *pb.OpenSessionResponse {
 		s, err := lc.OpenSession(ctx, &pb.OpenSessionRequest{Namespace: "big", Ttl: durationpb.New(10 * time.Minute)})

@@ -8,9 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -41,11 +39,7 @@ func newCapCluster(t *testing.T) *capCluster {
 	t.Cleanup(cancel)
 	cc := &capCluster{t: t, c: c, ctx: ctx, leader: c.WaitLeader(10 * time.Second)}
 	for _, a := range c.Addrs() {
-		conn, err := grpc.NewClient(a, grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { conn.Close() })
+		conn := rawConn(t, a)
 		cc.lc = append(cc.lc, pb.NewLocksClient(conn))
 	}
 	c.WaitFor(10*time.Second, "the limits in force and the hash chain anchored", func() bool {
@@ -249,11 +243,7 @@ func TestNamespaceWriteQuota(t *testing.T) {
 	}})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	conn, err := grpc.NewClient(c.Addrs()[0], grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := rawConn(t, c.Addrs()[0])
 	lc := pb.NewLocksClient(conn)
 	c.WaitLeader(10 * time.Second)
 	var limited int

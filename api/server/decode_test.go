@@ -10,7 +10,6 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
@@ -29,11 +28,7 @@ func TestUndecodableMessagesAreInvalidArgument(t *testing.T) {
 	c := nodetest.Start(t, 1, nodetest.Options{Quiet: true})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cc, err := grpc.NewClient(c.Addrs()[0], grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
+	cc := rawConn(t, c.Addrs()[0])
 	lc := pb.NewLocksClient(cc)
 
 	str := func(b []byte, num protowire.Number, v []byte) []byte {

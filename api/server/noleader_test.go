@@ -6,9 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -28,11 +26,7 @@ func TestStreamSaysAtOnceWhenNoLeaderKnown(t *testing.T) {
 	alone := (leader + 1) % 3
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cc, err := grpc.NewClient(c.Addrs()[alone], grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
+	cc := rawConn(t, c.Addrs()[alone])
 	lc := pb.NewLocksClient(cc)
 	s, err := lc.OpenSession(ctx, &pb.OpenSessionRequest{Namespace: "noleader", Ttl: durationpb.New(time.Minute)})
 	if err != nil {

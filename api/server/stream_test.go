@@ -5,8 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	pb "github.com/lockcluster/lockcluster/api/lockclusterv1"
@@ -23,11 +21,7 @@ func TestStreamLeavesOutRepliedOutcomes(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for i, addr := range c.Addrs() {
-		cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer cc.Close()
+		cc := rawConn(t, addr)
 		lc := pb.NewLocksClient(cc)
 		s, err := lc.OpenSession(ctx, &pb.OpenSessionRequest{Namespace: "stream", Ttl: durationpb.New(time.Minute)})
 		if err != nil {
