@@ -1,6 +1,3 @@
-// Package deploy holds the deployment files (systemd, Kubernetes,
-// Prometheus alert rules, a Grafana dashboard) and this test, which checks
-// that each parses and refers to what lockcluster really serves.
 package deploy
 
 import (
