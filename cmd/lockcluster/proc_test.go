@@ -167,6 +167,20 @@ func (pc *procCluster) wait(p *proc) {
 	}
 }
 
+// restartAll sends sig to every node, waits for all of them to be gone,
+// and starts them again on their data directories.
+func (pc *procCluster) restartAll(sig syscall.Signal) {
+	for _, p := range pc.nodes {
+		pc.signal(p, sig)
+	}
+	for _, p := range pc.nodes {
+		pc.wait(p)
+	}
+	for _, p := range pc.nodes {
+		pc.start(p)
+	}
+}
+
 // kill SIGKILLs node i and waits for it to be gone.
 func (pc *procCluster) kill(i int) {
 	pc.signal(pc.nodes[i], syscall.SIGKILL)

@@ -38,15 +38,7 @@ func TestWholeClusterRestartKeepsState(t *testing.T) {
 	})
 	before, _ := a.Query(ctx)
 
-	for _, p := range pc.nodes {
-		pc.signal(p, syscall.SIGTERM)
-	}
-	for _, p := range pc.nodes {
-		pc.wait(p)
-	}
-	for _, p := range pc.nodes {
-		pc.start(p)
-	}
+	pc.restartAll(syscall.SIGTERM)
 	pc.leader(15 * time.Second)
 
 	after, err := a.Query(ctx)

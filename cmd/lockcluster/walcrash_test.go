@@ -80,15 +80,7 @@ func TestKillLeaderUnderLoadThenWholeCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range pc.nodes {
-		pc.signal(p, syscall.SIGKILL)
-	}
-	for _, p := range pc.nodes {
-		pc.wait(p)
-	}
-	for _, p := range pc.nodes {
-		pc.start(p)
-	}
+	pc.restartAll(syscall.SIGKILL)
 	pc.leader(30 * time.Second)
 	for _, p := range pc.nodes {
 		select {
