@@ -13,12 +13,12 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/lockcluster/lockcluster/test/bench"
+	"github.com/lockcluster/lockcluster/cmd/lockcluster/loadgen"
 )
 
 // benchFlags are the flags of 'lockcluster bench'.
 type benchFlags struct {
-	cfg          bench.Config
+	cfg          loadgen.Config
 	local        bool
 	serverBin    string
 	serveArgs    []string
@@ -33,7 +33,7 @@ type benchFlags struct {
 }
 
 func newBench(g *globals) *cobra.Command {
-	f := &benchFlags{cfg: bench.Config{Workload: bench.Uncontended, Workers: 16, Duration: 10 * time.Second, Warmup: time.Second,
+	f := &benchFlags{cfg: loadgen.Config{Workload: loadgen.Uncontended, Workers: 16, Duration: 10 * time.Second, Warmup: time.Second,
 		WriteRatio: 0.2, Baseline: 200}, preferLeader: true}
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -68,14 +68,14 @@ with --local each node's CPU and RSS. Progress goes to stderr once a second;
 			if err := f.cfg.Validate(); err != nil {
 				return &exitError{code: exitUsage, msg: err.Error()}
 			}
-			if f.cfg.Workload == bench.Failover && !f.local {
+			if f.cfg.Workload == loadgen.Failover && !f.local {
 				return &exitError{code: exitUsage, msg: "the failover workload kills nodes: it needs --local"}
 			}
 			return runBench(g, f, strings.Join(os.Args, " "))
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.cfg.Workload, "workload", f.cfg.Workload, "one of "+strings.Join(bench.Workloads, ", "))
+	fl.StringVar(&f.cfg.Workload, "workload", f.cfg.Workload, "one of "+strings.Join(loadgen.Workloads, ", "))
 	fl.IntVar(&f.cfg.Workers, "workers", f.cfg.Workers, "concurrent workers (1…1024)")
 	fl.DurationVar(&f.cfg.Duration, "duration", f.cfg.Duration, "the measured window")
 	fl.DurationVar(&f.cfg.Warmup, "warmup", f.cfg.Warmup, "run this long before measuring")
@@ -115,7 +115,7 @@ func runBench(g *globals, f *benchFlags, command string) error {
 		defer pprof.StopCPUProfile()
 	}
 	addrs := g.endpoints()
-	var cluster *bench.LocalCluster
+	var cluster *loadgen.LocalCluster
 	if f.local {
 		bin := f.serverBin
 		if bin == "" {
@@ -126,11 +126,11 @@ func runBench(g *globals, f *benchFlags, command string) error {
 		}
 		fmt.Fprintln(os.Stderr, "starting a local 3-node cluster...")
 		args := f.serveArgs
-		if f.cfg.Workload == bench.Flood && !slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--limit-sessions-per-namespace") }) {
+		if f.cfg.Workload == loadgen.Flood && !slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--limit-sessions-per-namespace") }) {
 			args = append(args, "--limit-sessions-per-namespace=1000")
 		}
 		var err error
-		if cluster, err = bench.StartLocal(ctx, bin, 3, args); err != nil {
+		if cluster, err = loadgen.StartLocal(ctx, bin, 3, args); err != nil {
 			return err
 		}
 		cluster.Keep = f.keep
@@ -139,35 +139,35 @@ func runBench(g *globals, f *benchFlags, command string) error {
 		fmt.Fprintf(os.Stderr, "cluster up: %s (data and logs in %s)\n", strings.Join(addrs, ","), cluster.Dir)
 	}
 	if f.preferLeader {
-		addrs = bench.LeaderFirst(ctx, addrs)
+		addrs = loadgen.LeaderFirst(ctx, addrs)
 	}
 	cfg := f.cfg
 	cfg.Progress = os.Stderr
-	d := &bench.Lockcluster{Endpoints: addrs, Namespace: g.namespace, TTL: f.ttl}
-	load := bench.LoadAvg()
-	var meter *bench.CPUMeter
-	if cluster != nil && cfg.Workload != bench.Idle && cfg.Workload != bench.Failover {
+	d := &loadgen.Lockcluster{Endpoints: addrs, Namespace: g.namespace, TTL: f.ttl}
+	load := loadgen.LoadAvg()
+	var meter *loadgen.CPUMeter
+	if cluster != nil && cfg.Workload != loadgen.Idle && cfg.Workload != loadgen.Failover {
 		meter = cluster.Meter(ctx)
 	}
-	res := &bench.Result{Driver: d.Name(), Workload: cfg.Workload, Workers: cfg.Workers, Sessions: cfg.Sessions}
+	res := &loadgen.Result{Driver: d.Name(), Workload: cfg.Workload, Workers: cfg.Workers, Sessions: cfg.Sessions}
 	var err error
 	switch cfg.Workload {
-	case bench.Idle:
-		ic := bench.IdleConfig{Endpoints: addrs, Namespace: g.namespace, Sessions: cfg.Sessions, TTL: f.ttl, Duration: cfg.Duration,
+	case loadgen.Idle:
+		ic := loadgen.IdleConfig{Endpoints: addrs, Namespace: g.namespace, Sessions: cfg.Sessions, TTL: f.ttl, Duration: cfg.Duration,
 			ConnsPerNode: f.connsPerNode, Progress: os.Stderr}
 		if cluster != nil {
 			ic.PIDs, ic.LeaderPID = localPIDs(cluster, addrs), func() int { return leaderPID(ctx, cluster) }
 		}
-		res.Idle, err = bench.RunIdle(ctx, ic)
+		res.Idle, err = loadgen.RunIdle(ctx, ic)
 		res.DurationS = cfg.Duration.Seconds()
-	case bench.Failover:
-		res.Failover, err = bench.RunFailover(ctx, bench.FailoverConfig{Cluster: cluster, Workers: cfg.Workers, Trials: cfg.Trials,
+	case loadgen.Failover:
+		res.Failover, err = loadgen.RunFailover(ctx, loadgen.FailoverConfig{Cluster: cluster, Workers: cfg.Workers, Trials: cfg.Trials,
 			Gap: f.trialGap, TTL: f.ttl, Prefix: cfg.Prefix, Progress: os.Stderr})
 		if err == nil {
 			res.SessionsLost = res.Failover.SessionsLost
 		}
-	case bench.Flood:
-		fc := bench.FloodConfig{Driver: d, Endpoints: addrs, FloodNamespace: g.namespace + "-flood", Opens: f.opens, FloodWorkers: f.floodWorkers,
+	case loadgen.Flood:
+		fc := loadgen.FloodConfig{Driver: d, Endpoints: addrs, FloodNamespace: g.namespace + "-flood", Opens: f.opens, FloodWorkers: f.floodWorkers,
 			Workers: cfg.Workers, Duration: cfg.Duration, Prefix: cfg.Prefix, Progress: os.Stderr}
 		if cluster != nil {
 			fc.LogIndex = func(ctx context.Context) (uint64, error) {
@@ -175,21 +175,21 @@ func runBench(g *globals, f *benchFlags, command string) error {
 				if err != nil {
 					return 0, err
 				}
-				return bench.DigestIndex(ctx, cluster.Nodes[i].HTTP, "")
+				return loadgen.DigestIndex(ctx, cluster.Nodes[i].HTTP, "")
 			}
 		}
-		res.Flood, err = bench.RunFlood(ctx, fc)
+		res.Flood, err = loadgen.RunFlood(ctx, fc)
 		if res.Flood != nil {
 			res.DurationS = cfg.Duration.Seconds() + res.Flood.FloodSeconds
 		}
-	case bench.HeldLocks:
-		hc := bench.HeldConfig{Driver: d, Sessions: cfg.Sessions, Locks: cfg.Locks, Workers: cfg.Workers, Prefix: cfg.Prefix, Hold: cfg.Hold, Progress: os.Stderr}
+	case loadgen.HeldLocks:
+		hc := loadgen.HeldConfig{Driver: d, Sessions: cfg.Sessions, Locks: cfg.Locks, Workers: cfg.Workers, Prefix: cfg.Prefix, Hold: cfg.Hold, Progress: os.Stderr}
 		if cluster != nil {
-			hc.Measure = func() []bench.ProcUsage { return cluster.Meter(ctx).Stop() }
+			hc.Measure = func() []loadgen.ProcUsage { return cluster.Meter(ctx).Stop() }
 		}
-		res.Held, err = bench.RunHeld(ctx, hc)
+		res.Held, err = loadgen.RunHeld(ctx, hc)
 	default:
-		res, err = bench.Run(ctx, d, cfg)
+		res, err = loadgen.Run(ctx, d, cfg)
 	}
 	if err != nil {
 		return err
@@ -199,10 +199,10 @@ func runBench(g *globals, f *benchFlags, command string) error {
 	}
 	if cluster != nil {
 		if i, err := cluster.Leader(ctx, 5*time.Second); err == nil {
-			res.RaftTimers = bench.RaftTimers(ctx, cluster.Nodes[i].HTTP)
+			res.RaftTimers = loadgen.RaftTimers(ctx, cluster.Nodes[i].HTTP)
 		}
 	}
-	res.LoadAvg, res.Command = []float64{load, bench.LoadAvg()}, command
+	res.LoadAvg, res.Command = []float64{load, loadgen.LoadAvg()}, command
 	if g.output == "json" {
 		return printJSON(os.Stdout, res)
 	}
@@ -210,7 +210,7 @@ func runBench(g *globals, f *benchFlags, command string) error {
 }
 
 // localPIDs returns the pids of the nodes serving addrs, in that order.
-func localPIDs(c *bench.LocalCluster, addrs []string) []int {
+func localPIDs(c *loadgen.LocalCluster, addrs []string) []int {
 	var out []int
 	for _, a := range addrs {
 		for _, nd := range c.Nodes {
@@ -222,7 +222,7 @@ func localPIDs(c *bench.LocalCluster, addrs []string) []int {
 	return out
 }
 
-func leaderPID(ctx context.Context, c *bench.LocalCluster) int {
+func leaderPID(ctx context.Context, c *loadgen.LocalCluster) int {
 	i, err := c.Leader(ctx, 5*time.Second)
 	if err != nil {
 		return 0

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockcluster/lockcluster/test/bench"
+	"github.com/lockcluster/lockcluster/cmd/lockcluster/loadgen"
 )
 
 // 'lockcluster bench --local' starts its own 3-node cluster, runs, stops
@@ -30,7 +30,7 @@ func TestBenchLocalWritesJSON(t *testing.T) {
 	if d := time.Since(start); d > 60*time.Second {
 		t.Errorf("took %s", d)
 	}
-	var r bench.Result
+	var r loadgen.Result
 	if err := json.Unmarshal(stdout.Bytes(), &r); err != nil {
 		t.Fatalf("%v\n%s", err, stdout.String())
 	}
@@ -64,7 +64,7 @@ func TestBenchHeldAndIdle(t *testing.T) {
 		t.Skip("starts clusters")
 	}
 	prof := filepath.Join(t.TempDir(), "bench.pprof")
-	run := func(args ...string) (bench.Result, string) {
+	run := func(args ...string) (loadgen.Result, string) {
 		t.Helper()
 		var stdout, stderr bytes.Buffer
 		cmd := exec.Command(binary(t), append([]string{"bench", "--local", "-o", "json"}, args...)...)
@@ -72,7 +72,7 @@ func TestBenchHeldAndIdle(t *testing.T) {
 		if err := cmd.Run(); err != nil {
 			t.Fatalf("%v\nstderr:\n%s", err, stderr.String())
 		}
-		var r bench.Result
+		var r loadgen.Result
 		if err := json.Unmarshal(stdout.Bytes(), &r); err != nil {
 			t.Fatalf("%v\n%s", err, stdout.String())
 		}

@@ -16,7 +16,7 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 	recipe "go.etcd.io/etcd/client/v3/experimental/recipes"
 
-	"github.com/lockcluster/lockcluster/test/bench"
+	"github.com/lockcluster/lockcluster/cmd/lockcluster/loadgen"
 )
 
 // etcdCluster is three etcd member processes on loopback.
@@ -131,7 +131,7 @@ type etcdDriver struct {
 func (d *etcdDriver) Name() string { return "etcd" }
 func (d *etcdDriver) Close() error { return nil }
 
-func (d *etcdDriver) Open(ctx context.Context) (bench.Session, error) {
+func (d *etcdDriver) Open(ctx context.Context) (loadgen.Session, error) {
 	cli, err := clientv3.New(clientv3.Config{Endpoints: d.endpoints, DialTimeout: 5 * time.Second, Context: context.Background()})
 	if err != nil {
 		return nil, err
@@ -165,7 +165,7 @@ func (s *etcdSession) Lost() bool {
 	}
 }
 
-func (s *etcdSession) Lock(ctx context.Context, name string, shared, ifAvailable bool) (bench.Held, error) {
+func (s *etcdSession) Lock(ctx context.Context, name string, shared, ifAvailable bool) (loadgen.Held, error) {
 	if s.rw {
 		m := recipe.NewRWMutex(s.s, "/rw/"+name)
 		lock, unlock := m.Lock, m.Unlock
@@ -189,7 +189,7 @@ func (s *etcdSession) Lock(ctx context.Context, name string, shared, ifAvailable
 	if ifAvailable {
 		if err := m.TryLock(ctx); err != nil {
 			if errors.Is(err, concurrency.ErrLocked) {
-				return nil, bench.ErrNotAvailable
+				return nil, loadgen.ErrNotAvailable
 			}
 			return nil, err
 		}

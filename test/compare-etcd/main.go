@@ -28,7 +28,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/lockcluster/lockcluster/test/bench"
+	"github.com/lockcluster/lockcluster/cmd/lockcluster/loadgen"
 )
 
 func main() {
@@ -47,16 +47,16 @@ func main() {
 
 // pair is one workload at one worker count on both systems.
 type pair struct {
-	Workload    string        `json:"workload"`
-	Workers     int           `json:"workers"`
-	Lockcluster *bench.Result `json:"lockcluster"`
-	Etcd        *bench.Result `json:"etcd"`
-	Ratio       float64       `json:"ratio"` // lockcluster/etcd of the headline rate
+	Workload    string          `json:"workload"`
+	Workers     int             `json:"workers"`
+	Lockcluster *loadgen.Result `json:"lockcluster"`
+	Etcd        *loadgen.Result `json:"etcd"`
+	Ratio       float64         `json:"ratio"` // lockcluster/etcd of the headline rate
 }
 
 // headline is the rate a workload is judged by.
-func headline(r *bench.Result) float64 {
-	if r.Workload == bench.Contended && r.HandoffsPerSec > 0 {
+func headline(r *loadgen.Result) float64 {
+	if r.Workload == loadgen.Contended && r.HandoffsPerSec > 0 {
 		return r.HandoffsPerSec
 	}
 	return r.PairsPerSec
@@ -89,11 +89,11 @@ func run() error {
 	defer cancel()
 
 	lcAddrs := strings.Split(*addr, ",")
-	var lc *bench.LocalCluster
+	var lc *loadgen.LocalCluster
 	if *bin != "" {
 		fmt.Fprintln(os.Stderr, "starting lockcluster (3 serve processes)...")
 		var err error
-		if lc, err = bench.StartLocal(ctx, *bin, 3, nil); err != nil {
+		if lc, err = loadgen.StartLocal(ctx, *bin, 3, nil); err != nil {
 			return err
 		}
 		defer lc.Stop()
@@ -109,16 +109,16 @@ func run() error {
 	var pairs []pair
 	for _, wl := range strings.Split(*workloads, ",") {
 		for _, w := range workers {
-			cfg := bench.Config{Workload: strings.TrimSpace(wl), Workers: w, Duration: *duration, Warmup: *warmup, Hold: *hold,
+			cfg := loadgen.Config{Workload: strings.TrimSpace(wl), Workers: w, Duration: *duration, Warmup: *warmup, Hold: *hold,
 				WriteRatio: *writeRatio, Baseline: *baseline, Progress: os.Stderr}
 			p := pair{Workload: cfg.Workload, Workers: w}
 			fmt.Fprintf(os.Stderr, "== lockcluster %s, %d workers\n", cfg.Workload, w)
-			d := &bench.Lockcluster{Endpoints: bench.LeaderFirst(ctx, lcAddrs)}
+			d := &loadgen.Lockcluster{Endpoints: loadgen.LeaderFirst(ctx, lcAddrs)}
 			if p.Lockcluster, err = measure(ctx, d, cfg, lcPIDs(lc)); err != nil {
 				return fmt.Errorf("lockcluster %s: %w", cfg.Workload, err)
 			}
 			fmt.Fprintf(os.Stderr, "== etcd %s, %d workers\n", cfg.Workload, w)
-			ed := &etcdDriver{endpoints: ec.clients, ttl: 10, rw: cfg.Workload == bench.RW}
+			ed := &etcdDriver{endpoints: ec.clients, ttl: 10, rw: cfg.Workload == loadgen.RW}
 			if p.Etcd, err = measure(ctx, ed, cfg, ec.pids()); err != nil {
 				return fmt.Errorf("etcd %s: %w", cfg.Workload, err)
 			}
@@ -145,29 +145,29 @@ func run() error {
 		}
 		return "n/a"
 	}
-	fmt.Printf("ratio lockcluster/etcd uncontended=%s contended=%s\n", ratio(bench.Uncontended), ratio(bench.Contended))
+	fmt.Printf("ratio lockcluster/etcd uncontended=%s contended=%s\n", ratio(loadgen.Uncontended), ratio(loadgen.Contended))
 	return nil
 }
 
 // measure runs one workload and adds the servers' CPU and RSS.
-func measure(ctx context.Context, d bench.Driver, cfg bench.Config, pids []int) (*bench.Result, error) {
-	var meter *bench.CPUMeter
+func measure(ctx context.Context, d loadgen.Driver, cfg loadgen.Config, pids []int) (*loadgen.Result, error) {
+	var meter *loadgen.CPUMeter
 	if pids != nil {
 		names := make([]string, len(pids))
 		for i := range pids {
 			names[i] = fmt.Sprintf("%s server %d", d.Name(), i)
 		}
-		meter = bench.StartCPU(append(names, "bench (this process)"), append(pids, 0))
+		meter = loadgen.StartCPU(append(names, "bench (this process)"), append(pids, 0))
 	}
-	load := bench.LoadAvg()
-	r, err := bench.Run(ctx, d, cfg)
+	load := loadgen.LoadAvg()
+	r, err := loadgen.Run(ctx, d, cfg)
 	if err != nil {
 		return nil, err
 	}
 	if meter != nil {
 		r.Processes = meter.Stop()
 	}
-	r.LoadAvg = []float64{load, bench.LoadAvg()}
+	r.LoadAvg = []float64{load, loadgen.LoadAvg()}
 	return r, nil
 }
 
@@ -175,7 +175,7 @@ func printTable(pairs []pair) {
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "workload\tworkers\tsystem\tpairs/s\thand-offs/s\tacquire p50\tp99\thand-off p50\tp99\tcommit p50\terrors\tserver CPU (cores)\tload")
 	for _, p := range pairs {
-		for _, r := range []*bench.Result{p.Lockcluster, p.Etcd} {
+		for _, r := range []*loadgen.Result{p.Lockcluster, p.Etcd} {
 			cpu := 0.0
 			for _, pr := range r.Processes {
 				if !strings.HasPrefix(pr.Name, "bench") {
@@ -191,7 +191,7 @@ func printTable(pairs []pair) {
 	tw.Flush()
 }
 
-func lcPIDs(lc *bench.LocalCluster) []int {
+func lcPIDs(lc *loadgen.LocalCluster) []int {
 	if lc == nil {
 		return nil
 	}
