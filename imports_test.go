@@ -1,0 +1,139 @@
+package lockcluster_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"go/parser"
+	"go/token"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/lockcluster/lockcluster"
+
+// TestImportRules pins the layering the package docs promise (issue 14):
+//
+//   - fsm imports only the standard library;
+//   - raftnode imports no lockcluster package;
+//   - the client (this package) imports only api/lockclusterv1 of the
+//     lockcluster packages;
+//   - no production code imports a package under test/.
+//
+// Only non-test files count. The imports are read from every such file of
+// every package, including the files a build tag or GOOS leaves out (go
+// list's IgnoredGoFiles), so a file behind divergencetest, jepsenbroken,
+// hashicorpmetrics or !unix cannot add an edge the default build hides.
+func TestImportRules(t *testing.T) {
+	for _, e := range productionImports(t) {
+		if msg := breaks(e.from, e.to); msg != "" {
+			t.Errorf("%s imports %s (%s): %s", show(e.from), e.to, e.file, msg)
+		}
+	}
+}
+
+// breaks returns the rule the edge from → to breaks, or "".
+func breaks(from, to string) string {
+	inModule := to == module || strings.HasPrefix(to, module+"/")
+	switch {
+	case under(to, "test") && !under(from, "test"):
+		return "production code must not import a package under test/"
+	case from == module+"/fsm" && !standard(to):
+		return "fsm must import only the standard library"
+	case from == module+"/raftnode" && inModule:
+		return "raftnode must import no lockcluster package"
+	case from == module && inModule && to != module+"/api/lockclusterv1":
+		return "the client must import only api/lockclusterv1 of the lockcluster packages"
+	}
+	return ""
+}
+
+// under reports whether path is the module's dir or below it.
+func under(path, dir string) bool {
+	p := module + "/" + dir
+	return path == p || strings.HasPrefix(path, p+"/")
+}
+
+// standard reports whether path is in the standard library: as the go
+// command has it, its first element has no dot.
+func standard(path string) bool {
+	first, _, _ := strings.Cut(path, "/")
+	return !strings.Contains(first, ".")
+}
+
+func show(pkg string) string {
+	if pkg == module {
+		return "lockcluster (the client)"
+	}
+	return strings.TrimPrefix(pkg, module+"/")
+}
+
+type edge struct{ from, to, file string }
+
+// productionImports lists an edge per import of each non-test file of
+// each package of the module, whatever its build constraints.
+func productionImports(t *testing.T) []edge {
+	t.Helper()
+	cmd := exec.Command("go", "list", "-e", "-tags", "hashicorpmetrics,divergencetest,jepsenbroken",
+		"-json=ImportPath,Dir,GoFiles,CgoFiles,IgnoredGoFiles,Error", "./...")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, stderr.Bytes())
+	}
+	root, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var edges []edge
+	seen := map[string]bool{}
+	fset := token.NewFileSet()
+	dec := json.NewDecoder(bytes.NewReader(out))
+	for {
+		var p struct {
+			ImportPath, Dir                   string
+			GoFiles, CgoFiles, IgnoredGoFiles []string
+			Error                             *struct{ Err string }
+		}
+		if err := dec.Decode(&p); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatalf("go list output: %v", err)
+		}
+		if p.Error != nil {
+			t.Errorf("go list %s: %s", p.ImportPath, p.Error.Err)
+		}
+		seen[p.ImportPath] = true
+		files := append(append(p.GoFiles, p.CgoFiles...), p.IgnoredGoFiles...)
+		for _, name := range files {
+			if strings.HasSuffix(name, "_test.go") || !strings.HasSuffix(name, ".go") {
+				continue
+			}
+			path := filepath.Join(p.Dir, name)
+			f, err := parser.ParseFile(fset, path, nil, parser.ImportsOnly)
+			if err != nil {
+				t.Fatalf("%s: %v", path, err)
+			}
+			for _, imp := range f.Imports {
+				to, err := strconv.Unquote(imp.Path.Value)
+				if err != nil {
+					t.Fatalf("%s: %v", path, err)
+				}
+				rel, _ := filepath.Rel(root, path)
+				edges = append(edges, edge{p.ImportPath, to, filepath.ToSlash(rel)})
+			}
+		}
+	}
+	for _, p := range []string{module, module + "/fsm", module + "/raftnode"} {
+		if !seen[p] {
+			t.Fatalf("go list did not list %s: the rules read nothing", p)
+		}
+	}
+	return edges
+}
