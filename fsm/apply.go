@@ -23,8 +23,8 @@ func (a *applier) apply(cmd Command) Result {
 		return a.setLimits(c)
 	case *SetMember:
 		return a.setMember(c)
-	case *Unknown:
-		return Result{Status: StatusIgnored}
+	case *unknownEntry:
+		return Result{Status: statusIgnored}
 	case nil:
 		return Result{Err: errorf(CodeInvalid, "entry has no command")}
 	}
@@ -85,7 +85,7 @@ func (a *applier) request(c *Request) Result {
 		a.grant(r)
 	case c.IfAvailable: // step 2.5.1: not grantable, never queued
 		a.emit(s, Event{Kind: EventNotAvailable, RequestID: r.id, Names: r.names, Mode: r.mode, Reply: true})
-		s.remember(lim.MaxFinished, outcome{id: r.id, status: StatusNotAvailable})
+		s.remember(lim.maxFinished, outcome{id: r.id, status: StatusNotAvailable})
 		return Result{Status: StatusNotAvailable}
 	default: // step 2.5.2; processing cannot grant what is not grantable
 		a.admit(r)
@@ -168,7 +168,7 @@ func (a *applier) abort(c *Abort) Result {
 		ev.Names, ev.Mode, ev.Token = r.names, r.mode, o.token
 		a.finish(r, o)
 	} else {
-		s.remember(lim.MaxFinished, o)
+		s.remember(lim.maxFinished, o)
 	}
 	a.emit(s, ev)
 	a.process()
@@ -180,12 +180,12 @@ func (a *applier) setLimits(c *SetLimits) Result {
 		return Result{Err: err}
 	}
 	a.st.limits = c.Limits
-	// A lowered MaxFinished applies at once. Each session is trimmed on its
+	// A lowered maxFinished applies at once. Each session is trimmed on its
 	// own, so the map's order does not matter.
 	for _, s := range a.st.sessions {
-		s.trim(c.Limits.MaxFinished)
+		s.trim(c.Limits.maxFinished)
 	}
-	return Result{Status: StatusOK}
+	return Result{Status: statusOK}
 }
 
 func (a *applier) setMember(c *SetMember) Result {
@@ -203,5 +203,5 @@ func (a *applier) setMember(c *SetMember) Result {
 	} else {
 		a.st.members[m.ID] = m
 	}
-	return Result{Status: StatusOK}
+	return Result{Status: statusOK}
 }

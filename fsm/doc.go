@@ -29,4 +29,9 @@
 // session. Delivering those events is the caller's job; this package does no
 // I/O. See DESIGN.md beside this file for the invariants and the mapping of
 // every function to a step of the spec.
+//
+// This package is implementation, not API: it makes no compatibility
+// promise, and it exports only what other lockcluster packages use. The
+// stable API is the client (package lockcluster) and the wire contract
+// (api/lockclusterv1).
 package fsm

@@ -5,21 +5,21 @@ package fsm
 type EntryType uint8
 
 const (
-	TypeInvalid       EntryType = 0 // never written
-	TypeOpenSession   EntryType = 1
-	TypeCloseSession  EntryType = 2
-	TypeExpireSession EntryType = 3
-	TypeRequest       EntryType = 4
-	TypeRelease       EntryType = 5
-	TypeAbort         EntryType = 6
-	TypeSetLimits     EntryType = 7
-	TypeSetMember     EntryType = 8
+	typeInvalid       EntryType = 0 // never written
+	typeOpenSession   EntryType = 1
+	typeCloseSession  EntryType = 2
+	typeExpireSession EntryType = 3
+	typeRequest       EntryType = 4
+	typeRelease       EntryType = 5
+	typeAbort         EntryType = 6
+	typeSetLimits     EntryType = 7
+	typeSetMember     EntryType = 8
 )
 
 var typeNames = map[EntryType]string{
-	TypeOpenSession: "OpenSession", TypeCloseSession: "CloseSession",
-	TypeExpireSession: "ExpireSession", TypeRequest: "Request", TypeRelease: "Release",
-	TypeAbort: "Abort", TypeSetLimits: "SetLimits", TypeSetMember: "SetMember",
+	typeOpenSession: "OpenSession", typeCloseSession: "CloseSession",
+	typeExpireSession: "ExpireSession", typeRequest: "Request", typeRelease: "Release",
+	typeAbort: "Abort", typeSetLimits: "SetLimits", typeSetMember: "SetMember",
 }
 
 func (t EntryType) String() string {
@@ -36,10 +36,10 @@ type Entry struct {
 	// acquired-at time of every lock the entry grants and the open time of a
 	// session it opens. Apply never reads a clock of its own.
 	Time int64
-	// IgnoreIfUnknown lets a node that does not know the entry's type skip
+	// ignoreIfUnknown lets a node that does not know the entry's type skip
 	// it instead of stopping. Set it only on entries whose effect a replica
 	// may safely miss.
-	IgnoreIfUnknown bool
+	ignoreIfUnknown bool
 	Cmd             Command
 }
 
@@ -121,14 +121,14 @@ type SetLimits struct {
 	Limits Limits
 }
 
-func (OpenSession) Type() EntryType   { return TypeOpenSession }
-func (CloseSession) Type() EntryType  { return TypeCloseSession }
-func (ExpireSession) Type() EntryType { return TypeExpireSession }
-func (Request) Type() EntryType       { return TypeRequest }
-func (Release) Type() EntryType       { return TypeRelease }
-func (Abort) Type() EntryType         { return TypeAbort }
-func (SetLimits) Type() EntryType     { return TypeSetLimits }
-func (SetMember) Type() EntryType     { return TypeSetMember }
+func (OpenSession) Type() EntryType   { return typeOpenSession }
+func (CloseSession) Type() EntryType  { return typeCloseSession }
+func (ExpireSession) Type() EntryType { return typeExpireSession }
+func (Request) Type() EntryType       { return typeRequest }
+func (Release) Type() EntryType       { return typeRelease }
+func (Abort) Type() EntryType         { return typeAbort }
+func (SetLimits) Type() EntryType     { return typeSetLimits }
+func (SetMember) Type() EntryType     { return typeSetMember }
 
 // SetMember records where a cluster member serves clients, so that every
 // node can forward writes to the leader's API; Remove deletes the record.

@@ -23,26 +23,26 @@ const (
 	flagIgnore         = 1 << 0
 )
 
-// Unknown is an entry of a type this version does not know, flagged
+// unknownEntry is an entry of a type this version does not know, flagged
 // ignore-if-unknown: it is applied as a no-op.
-type Unknown struct{ EntryType EntryType }
+type unknownEntry struct{ entryType EntryType }
 
-func (u Unknown) Type() EntryType { return u.EntryType }
+func (u unknownEntry) Type() EntryType { return u.entryType }
 
 // EncodeEntry returns the bytes of e. It fails only on a command type it
 // does not know.
 func EncodeEntry(e Entry) ([]byte, error) {
-	return AppendEntry(nil, e)
+	return appendEntry(nil, e)
 }
 
-// AppendEntry appends the encoding of e to b.
-func AppendEntry(b []byte, e Entry) ([]byte, error) {
+// appendEntry appends the encoding of e to b.
+func appendEntry(b []byte, e Entry) ([]byte, error) {
 	if e.Cmd == nil {
 		return nil, errors.New("fsm: entry has no command")
 	}
 	en := encoder{b: b}
 	var flags byte
-	if e.IgnoreIfUnknown {
+	if e.ignoreIfUnknown {
 		flags |= flagIgnore
 	}
 	en.byte1(envelopeVersion)
@@ -62,7 +62,7 @@ func DecodeEntry(b []byte) (Entry, error) {
 	v := d.byte1()
 	t := EntryType(d.byte1())
 	flags := d.byte1()
-	e := Entry{Time: d.varint(), IgnoreIfUnknown: flags&flagIgnore != 0}
+	e := Entry{Time: d.varint(), ignoreIfUnknown: flags&flagIgnore != 0}
 	if d.err != nil {
 		return Entry{}, fmt.Errorf("fsm: cannot decode entry header (%d bytes): %w", len(b), d.err)
 	}
@@ -75,8 +75,8 @@ func DecodeEntry(b []byte) (Entry, error) {
 	}
 	cmd := newCmd(t)
 	if cmd == nil {
-		if e.IgnoreIfUnknown {
-			e.Cmd = &Unknown{EntryType: t}
+		if e.ignoreIfUnknown {
+			e.Cmd = &unknownEntry{entryType: t}
 			return e, nil
 		}
 		return Entry{}, fmt.Errorf("fsm: entry type %d is unknown to this node and not flagged ignore-if-unknown: upgrade this node", t)
@@ -94,21 +94,21 @@ func DecodeEntry(b []byte) (Entry, error) {
 
 func newCmd(t EntryType) Command {
 	switch t {
-	case TypeOpenSession:
+	case typeOpenSession:
 		return &OpenSession{}
-	case TypeCloseSession:
+	case typeCloseSession:
 		return &CloseSession{}
-	case TypeExpireSession:
+	case typeExpireSession:
 		return &ExpireSession{}
-	case TypeRequest:
+	case typeRequest:
 		return &Request{}
-	case TypeRelease:
+	case typeRelease:
 		return &Release{}
-	case TypeAbort:
+	case typeAbort:
 		return &Abort{}
-	case TypeSetLimits:
+	case typeSetLimits:
 		return &SetLimits{}
-	case TypeSetMember:
+	case typeSetMember:
 		return &SetMember{}
 	}
 	return nil
@@ -216,8 +216,8 @@ func decodeCmd(d *decoder, cmd Command) {
 
 func limitFields(l *Limits) []*int64 {
 	return []*int64{&l.MaxNameBytes, &l.MaxScopeNames, &l.MaxPendingPerSession, &l.MaxHeldPerSession,
-		&l.MaxSessionsPerNamespace, &l.MaxNamespaceBytes, &l.MaxLabelBytes, &l.MaxReasonBytes,
-		&l.MinTTL, &l.MaxTTL, &l.MaxFinished}
+		&l.MaxSessionsPerNamespace, &l.maxNamespaceBytes, &l.maxLabelBytes, &l.maxReasonBytes,
+		&l.MinTTL, &l.MaxTTL, &l.maxFinished}
 }
 
 func encodeLimits(en *encoder, l *Limits) {

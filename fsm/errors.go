@@ -10,7 +10,7 @@ import (
 type Code uint8
 
 const (
-	CodeOK Code = iota
+	codeOK Code = iota
 	// CodeInvalid is the spec's TypeError: bad UTF-8, an unknown mode, a
 	// malformed request.
 	CodeInvalid
@@ -36,7 +36,7 @@ func (c Code) String() string {
 }
 
 // Error is a rejected entry's error: a code and a message that names the bad
-// value. errors.Is(err, ErrInvalid) and friends compare codes.
+// value. errors.Is(err, errInvalid) and friends compare codes.
 type Error struct {
 	Code Code
 	Msg  string
@@ -53,22 +53,22 @@ func (e *Error) Is(target error) bool {
 
 // The sentinels, one per code, for errors.Is.
 var (
-	ErrInvalid       = &Error{Code: CodeInvalid, Msg: "invalid argument"}
-	ErrNotSupported  = &Error{Code: CodeNotSupported, Msg: "not supported"}
-	ErrSessionClosed = &Error{Code: CodeSessionClosed, Msg: "session closed"}
-	ErrLimit         = &Error{Code: CodeLimit, Msg: "limit exceeded"}
-	ErrPermission    = &Error{Code: CodePermission, Msg: "permission denied"}
+	errInvalid       = &Error{Code: CodeInvalid, Msg: "invalid argument"}
+	errNotSupported  = &Error{Code: CodeNotSupported, Msg: "not supported"}
+	errSessionClosed = &Error{Code: CodeSessionClosed, Msg: "session closed"}
+	errLimit         = &Error{Code: CodeLimit, Msg: "limit exceeded"}
+	errPermission    = &Error{Code: CodePermission, Msg: "permission denied"}
 )
 
 func errorf(code Code, format string, args ...any) *Error {
 	return &Error{Code: code, Msg: fmt.Sprintf(format, args...)}
 }
 
-// CodeOf returns the code of err, CodeOK for nil, and CodeInvalid for an
+// codeOf returns the code of err, codeOK for nil, and CodeInvalid for an
 // error that is not an *Error.
-func CodeOf(err error) Code {
+func codeOf(err error) Code {
 	if err == nil {
-		return CodeOK
+		return codeOK
 	}
 	var e *Error
 	if errors.As(err, &e) {

@@ -47,7 +47,7 @@ func checkState(st *state) error {
 				return fmt.Errorf("session %d: finished outcomes %v not sorted above floor %d", id, s.finished, s.floor)
 			}
 		}
-		if int64(len(s.finished)) > st.limits.MaxFinished {
+		if int64(len(s.finished)) > st.limits.maxFinished {
 			return fmt.Errorf("session %d remembers %d outcomes", id, len(s.finished))
 		}
 	}
@@ -180,7 +180,7 @@ func FuzzApplyBytes(f *testing.F) {
 		for _, generous := range []bool{false, true} {
 			m, idx := richMachine(t, generous)
 			ref, _ := richMachine(t, generous) // the same state, with a no-op entry at idx
-			ref.Apply(idx, Entry{Cmd: &Unknown{EntryType: 200}})
+			ref.Apply(idx, Entry{Cmd: &unknownEntry{entryType: 200}})
 			before := m.Digest()
 			ap, err := m.ApplyBytes(idx, data)
 			if err != nil {
@@ -189,7 +189,7 @@ func FuzzApplyBytes(f *testing.F) {
 				}
 				continue
 			}
-			if ap.Result.Err != nil || ap.Result.Duplicate || ap.Result.Status == StatusIgnored {
+			if ap.Result.Err != nil || ap.Result.Duplicate || ap.Result.Status == statusIgnored {
 				if m.Digest() != ref.Digest() {
 					t.Fatalf("result %+v changed more than the last index", ap.Result)
 				}
@@ -199,7 +199,7 @@ func FuzzApplyBytes(f *testing.F) {
 			}
 			seq, nsOf := map[uint64]uint64{}, map[uint64]string{}
 			for _, s := range ref.Sessions() {
-				seq[s.ID], nsOf[s.ID] = s.EventSeq, s.Namespace
+				seq[s.ID], nsOf[s.ID] = s.eventSeq, s.Namespace
 			}
 			e, _ := DecodeEntry(data)
 			if err := checkEvents(m, e.Cmd, idx, ap, seq, nsOf, map[reqKey]bool{}); err != nil {
@@ -212,7 +212,7 @@ func FuzzApplyBytes(f *testing.F) {
 			if err := checkState(m.st); err != nil {
 				t.Fatalf("after applying it twice: %v (%+v)", err, ap2.Result)
 			}
-			if m.st.lastIndex = idx; e.Cmd.Type() != TypeOpenSession && (m.Digest() != once || len(ap2.Events) > 0) {
+			if m.st.lastIndex = idx; e.Cmd.Type() != typeOpenSession && (m.Digest() != once || len(ap2.Events) > 0) {
 				t.Fatalf("applying it again changed the state: %+v then %+v, events %+v", ap.Result, ap2.Result, ap2.Events)
 			}
 		}
@@ -352,7 +352,7 @@ func FuzzDecodeEntry(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if _, unknown := e.Cmd.(*Unknown); unknown {
+		if _, unknown := e.Cmd.(*unknownEntry); unknown {
 			return
 		}
 		b, err := EncodeEntry(e)

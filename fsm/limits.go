@@ -16,14 +16,14 @@ type Limits struct {
 	MaxPendingPerSession    int64 // queued requests of one session
 	MaxHeldPerSession       int64 // locks held by one session
 	MaxSessionsPerNamespace int64 // live sessions of one namespace; 0: no limit
-	MaxNamespaceBytes       int64 // bytes in a namespace name
-	MaxLabelBytes           int64 // bytes in a session label or client id
-	MaxReasonBytes          int64 // bytes in an abort reason
+	maxNamespaceBytes       int64 // bytes in a namespace name
+	maxLabelBytes           int64 // bytes in a session label or client id
+	maxReasonBytes          int64 // bytes in an abort reason
 	MinTTL                  int64 // nanoseconds
 	MaxTTL                  int64 // nanoseconds
-	// MaxFinished bounds the finished outcomes a session remembers for
+	// maxFinished bounds the finished outcomes a session remembers for
 	// retries; the oldest is forgotten past it.
-	MaxFinished int64
+	maxFinished int64
 }
 
 // DefaultLimits are the limits of a new state machine.
@@ -34,12 +34,12 @@ func DefaultLimits() Limits {
 		MaxPendingPerSession:    100_000,
 		MaxHeldPerSession:       100_000,
 		MaxSessionsPerNamespace: 0,
-		MaxNamespaceBytes:       256,
-		MaxLabelBytes:           256,
-		MaxReasonBytes:          256,
+		maxNamespaceBytes:       256,
+		maxLabelBytes:           256,
+		maxReasonBytes:          256,
 		MinTTL:                  100e6,  // 100 ms
 		MaxTTL:                  3600e9, // 1 h
-		MaxFinished:             1024,
+		maxFinished:             1024,
 	}
 }
 
@@ -51,9 +51,9 @@ func (l Limits) Validate() error {
 	}{
 		{"MaxNameBytes", l.MaxNameBytes}, {"MaxScopeNames", l.MaxScopeNames},
 		{"MaxPendingPerSession", l.MaxPendingPerSession}, {"MaxHeldPerSession", l.MaxHeldPerSession},
-		{"MaxNamespaceBytes", l.MaxNamespaceBytes}, {"MaxLabelBytes", l.MaxLabelBytes},
-		{"MaxReasonBytes", l.MaxReasonBytes}, {"MinTTL", l.MinTTL}, {"MaxTTL", l.MaxTTL},
-		{"MaxFinished", l.MaxFinished},
+		{"MaxNamespaceBytes", l.maxNamespaceBytes}, {"MaxLabelBytes", l.maxLabelBytes},
+		{"MaxReasonBytes", l.maxReasonBytes}, {"MinTTL", l.MinTTL}, {"MaxTTL", l.MaxTTL},
+		{"MaxFinished", l.maxFinished},
 	}
 	for _, p := range pos {
 		if p.v <= 0 {
@@ -93,8 +93,8 @@ func (l *Limits) checkNamespace(ns string) *Error {
 		return errorf(CodeInvalid, "namespace is empty")
 	case !utf8.ValidString(ns):
 		return errorf(CodeInvalid, "namespace %s is not valid UTF-8", quote(ns))
-	case int64(len(ns)) > l.MaxNamespaceBytes:
-		return errorf(CodeLimit, "namespace %s is %d bytes, over the limit of %d", quote(ns), len(ns), l.MaxNamespaceBytes)
+	case int64(len(ns)) > l.maxNamespaceBytes:
+		return errorf(CodeLimit, "namespace %s is %d bytes, over the limit of %d", quote(ns), len(ns), l.maxNamespaceBytes)
 	}
 	return nil
 }
@@ -174,8 +174,8 @@ func (l *Limits) checkOpen(c *OpenSession) *Error {
 		if !utf8.ValidString(f.v) {
 			return errorf(CodeInvalid, "session %s %s is not valid UTF-8", f.what, quote(f.v))
 		}
-		if int64(len(f.v)) > l.MaxLabelBytes {
-			return errorf(CodeLimit, "session %s is %d bytes, over the limit of %d", f.what, len(f.v), l.MaxLabelBytes)
+		if int64(len(f.v)) > l.maxLabelBytes {
+			return errorf(CodeLimit, "session %s is %d bytes, over the limit of %d", f.what, len(f.v), l.maxLabelBytes)
 		}
 	}
 	if c.TTL < l.MinTTL || c.TTL > l.MaxTTL {
@@ -215,8 +215,8 @@ func (l *Limits) checkAbort(c *Abort) *Error {
 	if c.RequestID == 0 {
 		return errorf(CodeInvalid, "request id 0 is not allowed")
 	}
-	if int64(len(c.Reason)) > l.MaxReasonBytes {
-		return errorf(CodeLimit, "abort reason is %d bytes, over the limit of %d", len(c.Reason), l.MaxReasonBytes)
+	if int64(len(c.Reason)) > l.maxReasonBytes {
+		return errorf(CodeLimit, "abort reason is %d bytes, over the limit of %d", len(c.Reason), l.maxReasonBytes)
 	}
 	return nil
 }

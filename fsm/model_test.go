@@ -12,7 +12,7 @@ import (
 // order. Retry bookkeeping (finished outcomes, the acknowledged floor)
 // follows the doc comments of Request.AckBelow and Result.Duplicate.
 type model struct {
-	maxFinished int64 // Limits.MaxFinished
+	maxFinished int64 // Limits.maxFinished
 	index       uint64
 	time        int64
 	sessions    map[uint64]*mSession
@@ -49,7 +49,7 @@ type mNamespace struct {
 }
 
 func newModel() *model {
-	return &model{maxFinished: DefaultLimits().MaxFinished, sessions: map[uint64]*mSession{}, ns: map[string]*mNamespace{}}
+	return &model{maxFinished: DefaultLimits().maxFinished, sessions: map[uint64]*mSession{}, ns: map[string]*mNamespace{}}
 }
 
 func (m *model) namespace(name string) *mNamespace {
@@ -208,12 +208,12 @@ func (m *model) apply(index uint64, time int64, cmd Command) (Result, []Event) {
 		res = m.release(c)
 	case *Abort:
 		res = m.abort(c)
-	case *SetLimits: // only MaxFinished differs from the defaults
-		m.maxFinished = c.Limits.MaxFinished
+	case *SetLimits: // only maxFinished differs from the defaults
+		m.maxFinished = c.Limits.maxFinished
 		for _, s := range m.sessions {
 			s.trim(m.maxFinished)
 		}
-		res = Result{Status: StatusOK}
+		res = Result{Status: statusOK}
 	}
 	return res, m.events
 }

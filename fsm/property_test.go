@@ -102,7 +102,7 @@ func (g *gen) draw(t *rapid.T, mdl *model) Command {
 	case "limits":
 		if rapid.IntRange(0, 2).Draw(t, "doLimits") == 0 {
 			l := DefaultLimits()
-			l.MaxFinished = rapid.SampledFrom([]int64{1, 2, 3, l.MaxFinished}).Draw(t, "maxFinished")
+			l.maxFinished = rapid.SampledFrom([]int64{1, 2, 3, l.maxFinished}).Draw(t, "maxFinished")
 			return &SetLimits{Limits: l}
 		}
 	case "open":
@@ -227,8 +227,8 @@ func (h *propHarness) step(t *rapid.T) {
 }
 
 func compareResult(t *rapid.T, got, want Result) {
-	if CodeOf(got.Err) != CodeOf(want.Err) {
-		t.Fatalf("result error: got %v (%v), want code %v", CodeOf(got.Err), got.Err, CodeOf(want.Err))
+	if codeOf(got.Err) != codeOf(want.Err) {
+		t.Fatalf("result error: got %v (%v), want code %v", codeOf(got.Err), got.Err, codeOf(want.Err))
 	}
 	got.Err, want.Err = nil, nil
 	if got != want {

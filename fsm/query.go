@@ -62,12 +62,12 @@ func (m *Machine) Session(id uint64) (SessionInfo, bool) {
 }
 
 func sessionInfo(s *session) SessionInfo {
-	return SessionInfo{ID: s.id, Namespace: s.ns.name, ClientID: s.clientID, Label: s.label, TTL: s.ttl, OpenedAt: s.openedAt, EventSeq: s.eventSeq, Held: int(s.nHeld), Pending: int(s.nPending)}
+	return SessionInfo{ID: s.id, Namespace: s.ns.name, ClientID: s.clientID, Label: s.label, TTL: s.ttl, openedAt: s.openedAt, eventSeq: s.eventSeq, held: int(s.nHeld), pending: int(s.nPending)}
 }
 
 // SessionRequests returns where every request a session still knows of
 // stands: live ones in creation order, then remembered finished ones by id.
-// With the session's EventSeq, it is what a client that lost its event
+// With the session's eventSeq, it is what a client that lost its event
 // stream needs to resynchronise. ok is false when the session is not open.
 func (m *Machine) SessionRequests(id uint64) (reqs []RequestState, eventSeq uint64, ok bool) {
 	m.mu.RLock()

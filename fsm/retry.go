@@ -5,7 +5,7 @@ import "sort"
 // Idempotent retries (SPEC §6, Raft dissertation §6.3). A session remembers
 // how its recent requests ended, sorted by request id. The client says which
 // outcomes it has (AckBelow): those are forgotten and their ids fall below
-// the session's floor. Past MaxFinished the oldest outcome is forgotten too.
+// the session's floor. Past maxFinished the oldest outcome is forgotten too.
 // Memory follows what clients have not yet acknowledged, not history.
 
 // remember records o; an id below the floor is not recorded (its outcome

@@ -143,7 +143,7 @@ func (h *harness) run(t *testing.T, f []string) string {
 	case "sessions":
 		var b strings.Builder
 		for _, s := range h.m.Sessions() {
-			fmt.Fprintf(&b, "%s ns=%s client=%s label=%q ttl=%s held=%d pending=%d events=%d\n", h.name(s.ID), s.Namespace, s.ClientID, s.Label, dur(s.TTL), s.Held, s.Pending, s.EventSeq)
+			fmt.Fprintf(&b, "%s ns=%s client=%s label=%q ttl=%s held=%d pending=%d events=%d\n", h.name(s.ID), s.Namespace, s.ClientID, s.Label, dur(s.TTL), s.held, s.pending, s.eventSeq)
 		}
 		if b.Len() == 0 {
 			return "(none)\n"
@@ -215,9 +215,9 @@ func (h *harness) run(t *testing.T, f []string) string {
 			case "MaxSessionsPerNamespace":
 				l.MaxSessionsPerNamespace = n
 			case "MaxFinished":
-				l.MaxFinished = n
+				l.maxFinished = n
 			case "MaxReasonBytes":
-				l.MaxReasonBytes = n
+				l.maxReasonBytes = n
 			default:
 				t.Fatalf("unknown limit %s", k)
 			}
@@ -294,7 +294,7 @@ func (h *harness) apply(t *testing.T, line string, c Command, open bool, pos []s
 
 func (h *harness) result(r Result) string {
 	if r.Err != nil {
-		return fmt.Sprintf("error %s: %v", CodeOf(r.Err), r.Err)
+		return fmt.Sprintf("error %s: %v", codeOf(r.Err), r.Err)
 	}
 	s := r.Status.String()
 	if r.Status == StatusOpened {
@@ -303,7 +303,7 @@ func (h *harness) result(r Result) string {
 	if r.Token != 0 {
 		s += fmt.Sprintf(" token=%d", r.Token)
 	}
-	if r.Cause != CauseNone {
+	if r.Cause != causeNone {
 		s += " cause=" + r.Cause.String()
 	}
 	if r.Reason != "" {
@@ -329,7 +329,7 @@ func (h *harness) event(e Event) string {
 	if e.AcquiredAt != 0 {
 		s += fmt.Sprintf(" at=%d", e.AcquiredAt)
 	}
-	if e.Cause != CauseNone {
+	if e.Cause != causeNone {
 		s += " cause=" + e.Cause.String()
 	}
 	if e.Reason != "" {

@@ -199,5 +199,5 @@ func (a *applier) finish(r *request, o outcome) {
 	delete(a.st.requests, r.key())
 	r.sess.unlinkLive(r)
 	o.id = r.id
-	r.sess.remember(a.st.limits.MaxFinished, o)
+	r.sess.remember(a.st.limits.maxFinished, o)
 }

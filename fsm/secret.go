@@ -69,17 +69,17 @@ func (t *tombstones) each(f func(tombstone)) {
 	}
 }
 
-// SecretRefused is the message of every refused session secret: the same
+// secretRefused is the message of every refused session secret: the same
 // whether the session exists, ended, lives in another namespace or never
 // existed, so a refusal tells nothing but "no".
-const SecretRefused = "the session secret was refused (wrong or missing secret, or no such session in this namespace)"
+const secretRefused = "the session secret was refused (wrong or missing secret, or no such session in this namespace)"
 
 // CheckSession decides, from the applied state, whether a caller presenting
 // secret may act for session id in namespace ns:
 //   - nil: the session is open there and the secret is its own (a session
 //     from before secrets accepts any);
 //   - CodeSessionClosed: the session ended, and the secret is its own;
-//   - CodePermission (SecretRefused): anything else, including a session
+//   - CodePermission (secretRefused): anything else, including a session
 //     this node has not heard of — the caller must make sure the state is
 //     new enough for that to be final (a read barrier on the leader).
 //
@@ -111,7 +111,7 @@ func (m *Machine) CheckSession(id uint64, ns string, secret []byte) *Error {
 	case match && ended:
 		return errorf(CodeSessionClosed, "session %d is not open in namespace %s (closed, expired or never opened)", id, quote(ns))
 	}
-	return errorf(CodePermission, "%s", SecretRefused)
+	return errorf(CodePermission, "%s", secretRefused)
 }
 
 // SessionKnown reports whether this node's applied state has session id

@@ -42,7 +42,7 @@ func TestCheckSession(t *testing.T) {
 		"never opened, no secret": {99, "n", ""},
 	} {
 		err := m.CheckSession(c.id, c.ns, []byte(c.secret))
-		if err == nil || err.Code != CodePermission || err.Msg != SecretRefused {
+		if err == nil || err.Code != CodePermission || err.Msg != secretRefused {
 			t.Errorf("%s: %v, want CodePermission with the one refusal message", name, err)
 		}
 	}

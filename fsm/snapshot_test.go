@@ -90,7 +90,7 @@ func sameMachines(a, b *Machine) error {
 // richMachine is a machine with three sessions (1 and 2 in n1, 3 in n2),
 // held locks both modes, a scoped and a plain queue, finished outcomes and
 // an abort that overtook its request. generous raises the limits so that
-// hostile sizes reach the scheduler, and makes MaxFinished tiny.
+// hostile sizes reach the scheduler, and makes maxFinished tiny.
 func richMachine(t interface{ Fatalf(string, ...any) }, generous bool) (*Machine, uint64) {
 	m := New()
 	cmds := []Command{
@@ -113,8 +113,8 @@ func richMachine(t interface{ Fatalf(string, ...any) }, generous bool) (*Machine
 	}
 	if generous {
 		l := DefaultLimits()
-		l.MaxScopeNames, l.MaxNameBytes, l.MaxReasonBytes, l.MaxLabelBytes = 2000, 200<<10, 200<<10, 200<<10
-		l.MinTTL, l.MaxTTL, l.MaxFinished = 1, math.MaxInt64, 2
+		l.MaxScopeNames, l.MaxNameBytes, l.maxReasonBytes, l.maxLabelBytes = 2000, 200<<10, 200<<10, 200<<10
+		l.MinTTL, l.MaxTTL, l.maxFinished = 1, math.MaxInt64, 2
 		cmds = append(cmds, &SetLimits{Limits: l})
 	}
 	for i, c := range cmds {
@@ -260,10 +260,10 @@ func exerciseRestored(b []byte) (err error) {
 func TestEntryCodecRoundTrip(t *testing.T) {
 	const max = math.MaxUint64
 	l := DefaultLimits()
-	l.MaxFinished = 7
+	l.maxFinished = 7
 	for _, e := range []Entry{
 		{Time: 1, Cmd: &OpenSession{Namespace: "n1", Label: "host:1", TTL: 10e9, ClientID: "c"}},
-		{Time: -1, IgnoreIfUnknown: true, Cmd: &OpenSession{Namespace: "n1", TTL: math.MinInt64}},
+		{Time: -1, ignoreIfUnknown: true, Cmd: &OpenSession{Namespace: "n1", TTL: math.MinInt64}},
 		{Time: math.MaxInt64, Cmd: &CloseSession{Session: max, Namespace: "ns"}},
 		{Cmd: &ExpireSession{Session: 3}},
 		{Cmd: &Request{Session: 1, Namespace: "n1", RequestID: max, Names: []string{"a", "", "\xff"}, Mode: Shared, AckBelow: 5}},
@@ -291,7 +291,7 @@ func TestUnknownEntryIgnored(t *testing.T) {
 	m, idx := richMachine(t, false)
 	before, q := m.Digest(), m.Query("n1")
 	ap, err := m.ApplyBytes(idx, []byte{envelopeVersion, 99, flagIgnore, 0x7e, 1, 2, 3})
-	if err != nil || ap.Result != (Result{Status: StatusIgnored}) || len(ap.Events) != 0 {
+	if err != nil || ap.Result != (Result{Status: statusIgnored}) || len(ap.Events) != 0 {
 		t.Fatalf("ApplyBytes = %+v, %v; want ignored", ap, err)
 	}
 	if m.LastIndex() != idx || !reflect.DeepEqual(m.Query("n1"), q) {

@@ -21,8 +21,8 @@ func (m Mode) String() string {
 	return fmt.Sprintf("mode(%d)", uint8(m))
 }
 
-// ParseMode parses "exclusive" or "shared"; the empty string is Exclusive.
-func ParseMode(s string) (Mode, error) {
+// parseMode parses "exclusive" or "shared"; the empty string is Exclusive.
+func parseMode(s string) (Mode, error) {
 	switch s {
 	case "", "exclusive":
 		return Exclusive, nil
@@ -36,7 +36,7 @@ func ParseMode(s string) (Mode, error) {
 type Status uint8
 
 const (
-	StatusNone Status = iota
+	statusNone Status = iota
 	// StatusGranted: the request holds its lock.
 	StatusGranted
 	// StatusQueued: the request waits in the queue of every name it names.
@@ -55,10 +55,10 @@ const (
 	StatusOpened
 	// StatusClosed: a session was closed or expired (or was already gone).
 	StatusClosed
-	// StatusIgnored: an entry of an unknown type flagged ignore-if-unknown.
-	StatusIgnored
-	// StatusOK: an entry that has no more specific status (SetLimits).
-	StatusOK
+	// statusIgnored: an entry of an unknown type flagged ignore-if-unknown.
+	statusIgnored
+	// statusOK: an entry that has no more specific status (SetLimits).
+	statusOK
 )
 
 var statusNames = [...]string{"none", "granted", "queued", "not-available", "released", "aborted", "stolen", "opened", "closed", "ignored", "ok"}
@@ -75,7 +75,7 @@ func (s Status) String() string {
 type Cause uint8
 
 const (
-	CauseNone Cause = iota
+	causeNone Cause = iota
 	// CauseAborted: the session aborted the request (the Go client's ctx).
 	CauseAborted
 	// CauseStolen: another request took the lock with steal.
@@ -192,10 +192,10 @@ type SessionInfo struct {
 	ClientID  string
 	Label     string
 	TTL       int64 // nanoseconds
-	OpenedAt  int64
-	EventSeq  uint64 // Seq of the last event addressed to the session
-	Held      int
-	Pending   int
+	openedAt  int64
+	eventSeq  uint64 // Seq of the last event addressed to the session
+	held      int
+	pending   int
 }
 
 // RequestState is where one request of a session stands: what a reconnecting
