@@ -145,8 +145,8 @@ func TestClusterChainsAgree(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t, 3, func(cfg *Config) {
 		cfg.CheckpointInterval = 50 * time.Millisecond
-		cfg.SnapshotThreshold = 8
-		cfg.TrailingLogs = 2
+		cfg.snapshotThreshold = 8
+		cfg.trailingLogs = 2
 	})
 	leader := c.waitLeader()
 	// The chain starts at the leader's anchor entry: entries proposed

@@ -85,7 +85,7 @@ func (f *trackingFSM) verify(c checkpoint, at uint64) checkpointVerdict {
 	}
 	v := checkpointVerdict{checked: true, at: at}
 	if mine != c.hash {
-		v.mismatch = &DivergedError{
+		v.mismatch = &divergedError{
 			Checkpoint: at, Index: c.index,
 			Leader: hex.EncodeToString(c.hash[:]), Local: hex.EncodeToString(mine[:]),
 		}
@@ -93,26 +93,26 @@ func (f *trackingFSM) verify(c checkpoint, at uint64) checkpointVerdict {
 	return v
 }
 
-// DivergedError says that this replica's applied history differs from the
+// divergedError says that this replica's applied history differs from the
 // leader's: at Index its chain value is Local, the leader's checkpoint
 // entry at Checkpoint says Leader.
-type DivergedError struct {
+type divergedError struct {
 	Checkpoint, Index uint64
 	Leader, Local     string
 }
 
-func (e *DivergedError) Error() string {
+func (e *divergedError) Error() string {
 	return fmt.Sprintf("this replica diverged from the cluster: the checkpoint at index %d says the applied-entry hash at index %d is %.16s…, this node has %.16s…; it serves no clients and stands for no election until it is rebuilt from a healthy member",
 		e.Checkpoint, e.Index, e.Leader, e.Local)
 }
 
-// ErrDiverged matches every *DivergedError.
+// ErrDiverged matches every *divergedError.
 var ErrDiverged = errors.New("replica diverged")
 
-func (e *DivergedError) Is(target error) bool { return target == ErrDiverged }
+func (e *divergedError) Is(target error) bool { return target == ErrDiverged }
 
 // Diverged returns nil while this replica agrees with every checkpoint it
-// applied, and the *DivergedError (errors.Is ErrDiverged) once it found a
+// applied, and the *divergedError (errors.Is ErrDiverged) once it found a
 // mismatch, now or before a restart.
 func (n *Node) Diverged() error {
 	if d := n.diverged.Load(); d != nil {
@@ -124,11 +124,11 @@ func (n *Node) Diverged() error {
 func (n *Node) fenced() bool { return n.diverged.Load() != nil }
 
 // Fenced returns a context that is done once this replica fenced itself
-// (its cause is the *DivergedError); it is never done otherwise.
+// (its cause is the *divergedError); it is never done otherwise.
 func (n *Node) Fenced() context.Context { return n.fencedCtx }
 
 // fence records d as the divergence, once; it reports whether d was the first.
-func (n *Node) fence(d *DivergedError) bool {
+func (n *Node) fence(d *divergedError) bool {
 	if !n.diverged.CompareAndSwap(nil, d) {
 		return false
 	}
@@ -160,7 +160,7 @@ func (n *Node) loadDiverged() {
 	if err != nil {
 		return
 	}
-	d := &DivergedError{}
+	d := &divergedError{}
 	fmt.Sscanf(string(b), "checkpoint=%d index=%d leader=%s local=%s", &d.Checkpoint, &d.Index, &d.Leader, &d.Local)
 	n.fence(d)
 	n.logger.Error("REPLICA FENCED: this data directory diverged from the cluster earlier; rebuild it from a healthy member (README, Operations)",
@@ -174,7 +174,7 @@ func (n *Node) checkpointed(at uint64, mismatch error) {
 		n.checkpointsOK.Add(1)
 		return
 	}
-	d := mismatch.(*DivergedError)
+	d := mismatch.(*divergedError)
 	if !n.fence(d) {
 		return
 	}
@@ -240,7 +240,7 @@ func (n *Node) runCheckpoints() {
 // proposeAnchor starts the chain once the leader has applied its whole log
 // (its term's barrier): before that, an anchor may already be in the log.
 func (n *Node) proposeAnchor() {
-	ctx, cancel := context.WithTimeout(context.Background(), DefaultTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), defaultTimeout)
 	defer cancel()
 	if err := n.ensureTermBarrier(ctx, n.raft.CurrentTerm()); err != nil {
 		return
@@ -256,7 +256,7 @@ func (n *Node) proposeAnchor() {
 }
 
 func (n *Node) proposeCheckpoint(c checkpoint) error {
-	f := n.raft.ApplyLog(raft.Log{Extensions: c.encode()}, DefaultTimeout)
+	f := n.raft.ApplyLog(raft.Log{Extensions: c.encode()}, defaultTimeout)
 	return f.Error()
 }
 

@@ -13,21 +13,21 @@ import (
 // tuned for a LAN (per the project's ECOSYSTEM.md, elections take about 1 s
 // instead of about 2 s with raft's own defaults).
 const (
-	DefaultHeartbeatTimeout   = 500 * time.Millisecond
-	DefaultElectionTimeout    = 500 * time.Millisecond
-	DefaultLeaderLeaseTimeout = 500 * time.Millisecond
-	DefaultCommitTimeout      = 50 * time.Millisecond
-	DefaultMaxAppendEntries   = 256
-	DefaultMaxRPCsInFlight    = 1
-	DefaultSnapshotThreshold  = 16384
-	DefaultSnapshotInterval   = 30 * time.Second
-	DefaultTrailingLogs       = 10240
+	defaultHeartbeatTimeout   = 500 * time.Millisecond
+	defaultElectionTimeout    = 500 * time.Millisecond
+	defaultLeaderLeaseTimeout = 500 * time.Millisecond
+	defaultCommitTimeout      = 50 * time.Millisecond
+	defaultMaxAppendEntries   = 256
+	defaultMaxRPCsInFlight    = 1
+	defaultSnapshotThreshold  = 16384
+	defaultSnapshotInterval   = 30 * time.Second
+	defaultTrailingLogs       = 10240
 	DefaultCheckpointEntries  = 4096
 	DefaultCheckpointInterval = 5 * time.Second
 
-	// DefaultTimeout bounds Propose, ReadBarrier and membership calls whose
+	// defaultTimeout bounds Propose, ReadBarrier and membership calls whose
 	// context has no deadline.
-	DefaultTimeout = 10 * time.Second
+	defaultTimeout = 10 * time.Second
 )
 
 // Peer is one voter of the initial cluster configuration.
@@ -78,33 +78,33 @@ type Config struct {
 	// second or more. The lease does not slow failover after a crash: the
 	// followers' HeartbeatTimeout does.
 	LeaderLeaseTimeout time.Duration
-	// CommitTimeout: the longest the leader waits before sending a heartbeat
+	// commitTimeout: the longest the leader waits before sending a heartbeat
 	// carrying the commit index. Default 50ms (raft's default).
-	CommitTimeout time.Duration
-	// MaxAppendEntries: the most entries per AppendEntries RPC, per local
+	commitTimeout time.Duration
+	// maxAppendEntries: the most entries per AppendEntries RPC, per local
 	// disk write, and per FSM batch (max 1024). Default 256 (raft: 64).
-	MaxAppendEntries int
-	// DisableBatchApplyCh turns off raft's BatchApplyCh, which is on by
-	// default: the apply channel is buffered to MaxAppendEntries so that
+	maxAppendEntries int
+	// disableBatchApplyCh turns off raft's BatchApplyCh, which is on by
+	// default: the apply channel is buffered to maxAppendEntries so that
 	// concurrent proposals are group-committed.
-	DisableBatchApplyCh bool
-	// MaxRPCsInFlight: replication pipelining depth. Default 1, which
+	disableBatchApplyCh bool
+	// maxRPCsInFlight: replication pipelining depth. Default 1, which
 	// disables pipelining: under heavy load pipelined replication can stall
 	// a follower silently (hashicorp/raft issue #612).
-	MaxRPCsInFlight int
-	// SnapshotThreshold: snapshot after this many new log entries.
+	maxRPCsInFlight int
+	// snapshotThreshold: snapshot after this many new log entries.
 	// Default 16384 (Consul's).
-	SnapshotThreshold uint64
-	// SnapshotInterval: how often to check SnapshotThreshold (randomised
+	snapshotThreshold uint64
+	// snapshotInterval: how often to check snapshotThreshold (randomised
 	// between 1x and 2x). Default 30s (Consul's; raft's is 120s). A log
 	// that is compacted soon stays small: at 4,000 writes/s, raft's 120s
 	// let the bbolt file grow to 335 MiB between snapshots, and its pages
 	// stayed resident (file-backed RSS) after the compaction read them.
-	SnapshotInterval time.Duration
-	// TrailingLogs: log entries kept after a snapshot so that a slightly
+	snapshotInterval time.Duration
+	// trailingLogs: log entries kept after a snapshot so that a slightly
 	// lagging follower can catch up without a snapshot. Default 10240
 	// (raft's default).
-	TrailingLogs uint64
+	trailingLogs uint64
 
 	// CheckpointEntries and CheckpointInterval: the leader proposes a
 	// checkpoint of its applied-entry hash after this many applied entries
@@ -134,26 +134,26 @@ func (c Config) withDefaults() Config {
 			*d = def
 		}
 	}
-	setDur(&c.HeartbeatTimeout, DefaultHeartbeatTimeout)
-	setDur(&c.ElectionTimeout, DefaultElectionTimeout)
-	setDur(&c.LeaderLeaseTimeout, DefaultLeaderLeaseTimeout)
-	setDur(&c.CommitTimeout, DefaultCommitTimeout)
-	setDur(&c.SnapshotInterval, DefaultSnapshotInterval)
+	setDur(&c.HeartbeatTimeout, defaultHeartbeatTimeout)
+	setDur(&c.ElectionTimeout, defaultElectionTimeout)
+	setDur(&c.LeaderLeaseTimeout, defaultLeaderLeaseTimeout)
+	setDur(&c.commitTimeout, defaultCommitTimeout)
+	setDur(&c.snapshotInterval, defaultSnapshotInterval)
 	setDur(&c.CheckpointInterval, DefaultCheckpointInterval)
 	if c.CheckpointEntries == 0 {
 		c.CheckpointEntries = DefaultCheckpointEntries
 	}
-	if c.MaxAppendEntries == 0 {
-		c.MaxAppendEntries = DefaultMaxAppendEntries
+	if c.maxAppendEntries == 0 {
+		c.maxAppendEntries = defaultMaxAppendEntries
 	}
-	if c.MaxRPCsInFlight == 0 {
-		c.MaxRPCsInFlight = DefaultMaxRPCsInFlight
+	if c.maxRPCsInFlight == 0 {
+		c.maxRPCsInFlight = defaultMaxRPCsInFlight
 	}
-	if c.SnapshotThreshold == 0 {
-		c.SnapshotThreshold = DefaultSnapshotThreshold
+	if c.snapshotThreshold == 0 {
+		c.snapshotThreshold = defaultSnapshotThreshold
 	}
-	if c.TrailingLogs == 0 {
-		c.TrailingLogs = DefaultTrailingLogs
+	if c.trailingLogs == 0 {
+		c.trailingLogs = defaultTrailingLogs
 	}
 	if c.Logger == nil {
 		c.Logger = hclog.New(&hclog.LoggerOptions{Name: "raftnode"})
@@ -163,7 +163,7 @@ func (c Config) withDefaults() Config {
 
 // Validate reports the first invalid field, naming it and its value.
 // Zero values are valid: they mean the default.
-func (c Config) Validate() error {
+func (c Config) validate() error {
 	bad := func(field string, value any, why string) error {
 		return fmt.Errorf("raftnode: invalid config: %s=%q: %s", field, fmt.Sprint(value), why)
 	}
@@ -201,18 +201,18 @@ func (c Config) Validate() error {
 		v    time.Duration
 	}{
 		{"HeartbeatTimeout", c.HeartbeatTimeout}, {"ElectionTimeout", c.ElectionTimeout},
-		{"LeaderLeaseTimeout", c.LeaderLeaseTimeout}, {"CommitTimeout", c.CommitTimeout},
-		{"SnapshotInterval", c.SnapshotInterval}, {"CheckpointInterval", c.CheckpointInterval},
+		{"LeaderLeaseTimeout", c.LeaderLeaseTimeout}, {"CommitTimeout", c.commitTimeout},
+		{"SnapshotInterval", c.snapshotInterval}, {"CheckpointInterval", c.CheckpointInterval},
 	} {
 		if d.v < 0 {
 			return bad(d.name, d.v, "must not be negative")
 		}
 	}
-	if c.MaxAppendEntries < 0 || c.MaxAppendEntries > 1024 {
-		return bad("MaxAppendEntries", c.MaxAppendEntries, "must be between 1 and 1024")
+	if c.maxAppendEntries < 0 || c.maxAppendEntries > 1024 {
+		return bad("MaxAppendEntries", c.maxAppendEntries, "must be between 1 and 1024")
 	}
-	if c.MaxRPCsInFlight < 0 {
-		return bad("MaxRPCsInFlight", c.MaxRPCsInFlight, "must not be negative")
+	if c.maxRPCsInFlight < 0 {
+		return bad("MaxRPCsInFlight", c.maxRPCsInFlight, "must not be negative")
 	}
 	// Cross-field rules (lease <= heartbeat <= election) are raft's own.
 	d := c.withDefaults()
@@ -262,12 +262,12 @@ func (c Config) raftConfig(notify chan<- bool) *raft.Config {
 	rc.HeartbeatTimeout = c.HeartbeatTimeout
 	rc.ElectionTimeout = c.ElectionTimeout
 	rc.LeaderLeaseTimeout = c.LeaderLeaseTimeout
-	rc.CommitTimeout = c.CommitTimeout
-	rc.MaxAppendEntries = c.MaxAppendEntries
-	rc.BatchApplyCh = !c.DisableBatchApplyCh
-	rc.SnapshotThreshold = c.SnapshotThreshold
-	rc.SnapshotInterval = c.SnapshotInterval
-	rc.TrailingLogs = c.TrailingLogs
+	rc.CommitTimeout = c.commitTimeout
+	rc.MaxAppendEntries = c.maxAppendEntries
+	rc.BatchApplyCh = !c.disableBatchApplyCh
+	rc.SnapshotThreshold = c.snapshotThreshold
+	rc.SnapshotInterval = c.snapshotInterval
+	rc.TrailingLogs = c.trailingLogs
 	rc.NotifyCh = notify
 	if c.Logger != nil {
 		rc.Logger = c.Logger.Named("raft")

@@ -13,7 +13,7 @@ import (
 func TestConfigValidate(t *testing.T) {
 	t.Parallel()
 	valid := Config{ID: "n1", DataDir: "/tmp/x", BindAddr: "127.0.0.1:0"}
-	if err := valid.Validate(); err != nil {
+	if err := valid.validate(); err != nil {
 		t.Fatalf("valid config: %v", err)
 	}
 	for _, tc := range []struct {
@@ -33,12 +33,12 @@ func TestConfigValidate(t *testing.T) {
 		{"bootstrap duplicate id", func(c *Config) { c.Bootstrap = []Peer{{ID: "n1"}, {ID: "n1", Addr: "a:1"}} }, []string{`Bootstrap[1].ID="n1"`, "duplicate"}, true},
 		{"lease above heartbeat", func(c *Config) { c.LeaderLeaseTimeout = time.Second }, []string{"LeaderLeaseTimeout"}, true},
 		{"negative heartbeat", func(c *Config) { c.HeartbeatTimeout = -1 }, []string{"HeartbeatTimeout="}, true},
-		{"too many append entries", func(c *Config) { c.MaxAppendEntries = 2000 }, []string{`MaxAppendEntries="2000"`}, true},
+		{"too many append entries", func(c *Config) { c.maxAppendEntries = 2000 }, []string{`MaxAppendEntries="2000"`}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := valid
 			tc.edit(&cfg)
-			err := cfg.Validate()
+			err := cfg.validate()
 			if !tc.forbid {
 				if err != nil {
 					t.Fatalf("Validate: %v", err)

@@ -21,7 +21,7 @@ func TestPlantedDivergenceFencesTheReplica(t *testing.T) {
 	c := newCluster(t, 3, func(cfg *Config) { cfg.CheckpointInterval = 50 * time.Millisecond })
 	leader := c.waitLeader()
 	for leader.id == "n2" { // the planted node must be a follower
-		if err := leader.node.TransferLeadership(ctxTimeout(t, 10*time.Second)); err != nil {
+		if err := leader.node.transferLeadership(ctxTimeout(t, 10*time.Second)); err != nil {
 			t.Fatal(err)
 		}
 		leader = c.waitLeader()
@@ -35,7 +35,7 @@ func TestPlantedDivergenceFencesTheReplica(t *testing.T) {
 		propose(t, leader.node, "x")
 	}
 	waitFor(t, 20*time.Second, "n2 to fence itself", func() bool { return n2.node.Diverged() != nil })
-	var d *DivergedError
+	var d *divergedError
 	if err := n2.node.Diverged(); !errors.As(err, &d) || !errors.Is(err, ErrDiverged) {
 		t.Fatalf("Diverged() = %v", err)
 	}

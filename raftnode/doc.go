@@ -15,7 +15,7 @@
 //   - Transport: raft's NetworkTransport over TCP, or over a caller's
 //     raft.StreamLayer (TLS), optionally dialling through a
 //     raft.ServerAddressProvider (fault-injecting proxies in chaos tests).
-//     Replication pipelining is off by default (MaxRPCsInFlight = 1; see
+//     Replication pipelining is off by default (maxRPCsInFlight = 1; see
 //     hashicorp/raft issue #612).
 //   - Lifecycle: New bootstraps a cluster from Config.Bootstrap when
 //     DataDir has no raft state, waits to be joined when it has no
@@ -39,4 +39,10 @@
 //
 // Build and test with -tags hashicorpmetrics, and keep
 // github.com/hashicorp/raft at v1.7.3 (see ECOSYSTEM.md in the project notes).
+//
+// This package is implementation, not API: it makes no compatibility
+// promise, and it exports only what other lockcluster packages use. It
+// imports no lockcluster package (imports_test.go at the repository root
+// checks). The stable API is the client (package lockcluster) and the wire
+// contract (api/lockclusterv1).
 package raftnode

@@ -156,7 +156,7 @@ func newCluster(t *testing.T, n int, configure ...func(*Config)) *cluster {
 	}
 	peers := c.peers()
 	for _, tn := range c.nodes {
-		if err := tn.node.BootstrapCluster(peers); err != nil {
+		if err := tn.node.bootstrapCluster(peers); err != nil {
 			t.Fatalf("bootstrap %s: %v", tn.id, err)
 		}
 	}

@@ -40,7 +40,7 @@ func (n *Node) watchLeadership(notify <-chan bool) {
 // primeReadBarrier runs the current term's barrier in the background.
 func (n *Node) primeReadBarrier() {
 	defer n.wg.Done()
-	ctx, cancel := context.WithTimeout(context.Background(), DefaultTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), defaultTimeout)
 	defer cancel()
 	if err := n.ensureTermBarrier(ctx, n.raft.CurrentTerm()); err != nil {
 		n.logger.Debug("term barrier after election failed", "error", err)

@@ -160,10 +160,10 @@ func (n *Node) Stats() map[string]string {
 	return s
 }
 
-// TransferLeadership asks the leader (this node) to hand leadership to the
+// transferLeadership asks the leader (this node) to hand leadership to the
 // most up-to-date voter and waits until it has. Non-leaders get a
 // *NotLeaderError.
-func (n *Node) TransferLeadership(ctx context.Context) error {
+func (n *Node) transferLeadership(ctx context.Context) error {
 	ctx, cancel, _ := withTimeout(ctx)
 	defer cancel()
 	resolved, err := n.await(ctx, n.raft.LeadershipTransfer())

@@ -120,7 +120,7 @@ func TestSingleNodeBootstrapFromConfig(t *testing.T) {
 	if m := members(t, tn.node); len(m) != 1 || m[0].Addr != tn.addr || !m[0].Leader {
 		t.Fatalf("Members = %+v", m)
 	}
-	if err := tn.node.TransferLeadership(ctxTimeout(t, 5*time.Second)); err == nil {
+	if err := tn.node.transferLeadership(ctxTimeout(t, 5*time.Second)); err == nil {
 		t.Fatal("TransferLeadership with no other voter succeeded")
 	}
 }

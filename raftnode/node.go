@@ -41,7 +41,7 @@ type Node struct {
 	barrierSem  chan struct{} // single-flights the per-term barrier
 	barrierTerm atomic.Uint64 // the latest term whose barrier has been applied
 
-	diverged      atomic.Pointer[DivergedError] // set once, by a failed checkpoint (checkpoint.go)
+	diverged      atomic.Pointer[divergedError] // set once, by a failed checkpoint (checkpoint.go)
 	fencedCtx     context.Context               // done when diverged is set
 	fenceCancel   context.CancelCauseFunc
 	checkpointsOK atomic.Uint64 // checkpoints this node verified
@@ -58,7 +58,7 @@ type Node struct {
 // waits to be joined. fsm is the replicated state machine; it must start
 // empty, since raft restores it from the latest snapshot and log.
 func New(cfg Config, fsm raft.FSM) (*Node, error) {
-	if err := cfg.Validate(); err != nil {
+	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
 	if fsm == nil {
@@ -154,7 +154,7 @@ func (n *Node) open(fsm raft.FSM) error {
 }
 
 // newTransport creates the NetworkTransport: plain TCP on BindAddr, or
-// cfg.StreamLayer. MaxRPCsInFlight and the AddressProvider are options of
+// cfg.StreamLayer. maxRPCsInFlight and the AddressProvider are options of
 // NetworkTransportConfig, so both paths go through it.
 func (n *Node) newTransport() (*raft.NetworkTransport, error) {
 	cfg := n.cfg
@@ -162,7 +162,7 @@ func (n *Node) newTransport() (*raft.NetworkTransport, error) {
 		ServerAddressProvider: cfg.AddressProvider,
 		Logger:                n.logger.Named("raft-net"),
 		MaxPool:               transportMaxPool,
-		MaxRPCsInFlight:       cfg.MaxRPCsInFlight,
+		MaxRPCsInFlight:       cfg.maxRPCsInFlight,
 		Timeout:               transportTimeout,
 	}
 	// The advertised address is kept as written: a host name stays a host
@@ -235,12 +235,12 @@ func (n *Node) Addr() string { return string(n.transport.LocalAddr()) }
 // ID returns this node's raft server ID.
 func (n *Node) ID() string { return n.cfg.ID }
 
-// BootstrapCluster bootstraps a new cluster whose voters are exactly peers,
+// bootstrapCluster bootstraps a new cluster whose voters are exactly peers,
 // which must include this node (an empty Addr for it means Addr()). It
 // fails if the node already has raft state. Config.Bootstrap calls it from
 // New; call it directly when the peers' addresses are only known after
 // New (e.g. ports chosen by the OS).
-func (n *Node) BootstrapCluster(peers []Peer) error {
+func (n *Node) bootstrapCluster(peers []Peer) error {
 	conf, err := n.bootstrapConfiguration(peers)
 	if err != nil {
 		return err
@@ -285,7 +285,7 @@ func (n *Node) shutdown(ctx context.Context) error {
 	close(n.closing)
 	if ctx.Err() == nil && n.raft.State() == raft.Leader && n.otherVoters() > 0 {
 		tctx, cancel := context.WithTimeout(ctx, 4*n.cfg.ElectionTimeout+time.Second)
-		err := n.TransferLeadership(tctx)
+		err := n.transferLeadership(tctx)
 		cancel()
 		if err != nil {
 			n.logger.Warn("leadership transfer before shutdown failed", "error", err)

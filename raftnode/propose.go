@@ -21,7 +21,7 @@ type ProposeResult struct {
 // has applied it. It must be called on the leader; raft itself says when it
 // is not (checking State first would race with elections).
 //
-// The context's deadline (DefaultTimeout if it has none) bounds both the
+// The context's deadline (defaultTimeout if it has none) bounds both the
 // wait for raft to accept the entry and the wait for it to be applied.
 // Errors:
 //   - *NotLeaderError (errors.Is ErrNotLeader and ErrNotApplied): not
@@ -33,12 +33,12 @@ type ProposeResult struct {
 //   - ctx's error if ctx was already done: nothing was proposed.
 //
 // Group commit: concurrent Propose calls are batched by raft itself. With
-// BatchApplyCh the apply channel is buffered to MaxAppendEntries, and the
+// BatchApplyCh the apply channel is buffered to maxAppendEntries, and the
 // leader loop (raft.go, leaderLoop, "case newLog := <-r.applyCh") drains
-// up to MaxAppendEntries ready entries without blocking and hands them to
+// up to maxAppendEntries ready entries without blocking and hands them to
 // dispatchLogs, which writes them with one StoreLogs call (one bolt
 // transaction, one fsync) and wakes the replicators, which ship them in
-// AppendEntries RPCs of up to MaxAppendEntries entries. No batching is
+// AppendEntries RPCs of up to maxAppendEntries entries. No batching is
 // needed here.
 func (n *Node) Propose(ctx context.Context, data []byte) (ProposeResult, error) {
 	if err := ctx.Err(); err != nil {

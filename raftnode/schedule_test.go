@@ -66,7 +66,7 @@ func (l *link) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *
 	return l.Transport.AppendEntries(id, target, args, resp)
 }
 
-// AppendEntriesPipeline: no pipelining, as in production (MaxRPCsInFlight 1).
+// AppendEntriesPipeline: no pipelining, as in production (maxRPCsInFlight 1).
 func (l *link) AppendEntriesPipeline(raft.ServerID, raft.ServerAddress) (raft.AppendPipeline, error) {
 	return nil, raft.ErrPipelineReplicationNotSupported
 }
@@ -301,7 +301,7 @@ func runSchedule(t *testing.T) (deposed string, histories map[string][]applied) 
 		return net.failuresOf(b.id, a.id, "AppendEntries") >= 12
 	})
 	failed := net.failuresOf(b.id, a.id, "AppendEntries")
-	time.Sleep(time.Second) // the replicator woke (CommitTimeout <= 100ms), read last index k, sleeps 10.24 s
+	time.Sleep(time.Second) // the replicator woke (commitTimeout <= 100ms), read last index k, sleeps 10.24 s
 	if got := net.failuresOf(b.id, a.id, "AppendEntries"); got != failed {
 		t.Fatalf("B's replicator to A tried again (%d failures, was %d): the schedule lost its window", got, failed)
 	}

@@ -35,12 +35,12 @@ func (n *Node) await(ctx context.Context, f raft.Future) (resolved bool, err err
 	return false, ErrShutdown
 }
 
-// withTimeout applies DefaultTimeout to a context without a deadline, and
+// withTimeout applies defaultTimeout to a context without a deadline, and
 // returns the time left, which raft takes as its enqueue timeout.
 func withTimeout(ctx context.Context) (context.Context, context.CancelFunc, time.Duration) {
 	if _, ok := ctx.Deadline(); !ok {
-		c, cancel := context.WithTimeout(ctx, DefaultTimeout)
-		return c, cancel, DefaultTimeout
+		c, cancel := context.WithTimeout(ctx, defaultTimeout)
+		return c, cancel, defaultTimeout
 	}
 	return ctx, func() {}, timeLeft(ctx)
 }
@@ -60,7 +60,7 @@ func (n *Node) isClosing() bool {
 func timeLeft(ctx context.Context) time.Duration {
 	dl, ok := ctx.Deadline()
 	if !ok {
-		return DefaultTimeout
+		return defaultTimeout
 	}
 	return max(time.Until(dl), time.Nanosecond)
 }
