@@ -2,6 +2,11 @@
 // github.com/hashicorp/raft: it implements raft.FSM and raft.BatchingFSM,
 // decodes log entries, hands every applied entry's events to a sink, and
 // streams snapshots. It holds no lock logic of its own.
+//
+// This package is implementation, not API: it makes no compatibility
+// promise, and it exports only what other lockcluster packages use. The
+// stable API is the client (package lockcluster) and the wire contract
+// (api/lockclusterv1).
 package raftfsm
 
 import (
@@ -30,10 +35,10 @@ type Option func(*FSM)
 // long: it delays every later entry.
 func WithSink(f func(index uint64, ap fsm.Applied)) Option { return func(a *FSM) { a.sink = f } }
 
-// WithFatal sets what happens when a committed entry cannot be decoded. The
+// withFatal sets what happens when a committed entry cannot be decoded. The
 // default logs the error and panics: a replica that skipped an entry would
 // silently diverge from the others, so it must stop.
-func WithFatal(f func(index uint64, err error)) Option { return func(a *FSM) { a.fatal = f } }
+func withFatal(f func(index uint64, err error)) Option { return func(a *FSM) { a.fatal = f } }
 
 // WithLogger sets the logger.
 func WithLogger(l hclog.Logger) Option { return func(a *FSM) { a.logger = l } }
@@ -52,9 +57,6 @@ func New(m *fsm.Machine, opts ...Option) *FSM {
 	}
 	return a
 }
-
-// Machine returns the adapted lock manager.
-func (a *FSM) Machine() *fsm.Machine { return a.m }
 
 // Apply applies one command entry. Its response (an fsm.Applied) reaches the
 // proposer as the ApplyFuture's Response.

@@ -61,14 +61,14 @@ func TestApplyBatchSinkAndSnapshot(t *testing.T) {
 	if err := b.Restore(io.NopCloser(bytes.NewReader(sink.Bytes()))); err != nil {
 		t.Fatal(err)
 	}
-	if a.Machine().Digest() != b.Machine().Digest() {
+	if a.m.Digest() != b.m.Digest() {
 		t.Fatal("restored digest differs")
 	}
 }
 
 func TestCorruptEntryStopsTheNode(t *testing.T) {
 	var got error
-	a := New(fsm.New(), WithFatal(func(i uint64, err error) { got = err }))
+	a := New(fsm.New(), withFatal(func(i uint64, err error) { got = err }))
 	a.Apply(&raft.Log{Index: 1, Type: raft.LogCommand, Data: []byte{1, 99, 0, 0}})
 	if got == nil || !strings.Contains(got.Error(), "unknown") {
 		t.Fatalf("fatal got %v", got)
@@ -84,11 +84,11 @@ func TestCorruptEntryStopsTheNode(t *testing.T) {
 func TestRestoreErrorKeepsState(t *testing.T) {
 	a := New(fsm.New())
 	a.Apply(&raft.Log{Index: 1, Type: raft.LogCommand, Data: entry(t, &fsm.OpenSession{Namespace: "default", TTL: 10e9})})
-	before := a.Machine().Digest()
+	before := a.m.Digest()
 	if err := a.Restore(io.NopCloser(strings.NewReader("not a snapshot"))); err == nil {
 		t.Fatal("restore of garbage succeeded")
 	}
-	if a.Machine().Digest() != before {
+	if a.m.Digest() != before {
 		t.Fatal("failed restore changed the state")
 	}
 }
