@@ -2,6 +2,11 @@
 // (fsm) behind its raft adapter, the Raft member (raftnode), the gRPC
 // services (api/server, health, reflection) and the HTTP endpoints. The
 // lockcluster binary's serve command and the multi-node tests use it.
+//
+// This package is implementation, not API: it makes no compatibility
+// promise, and it exports only what other lockcluster packages use. The
+// stable API is the client (package lockcluster) and the wire contract
+// (api/lockclusterv1).
 package node
 
 import (

@@ -38,15 +38,15 @@ func (a appliedAt) String() string {
 	return fmt.Sprintf("%s %.12s", a.id, hex.EncodeToString(a.hash[:]))
 }
 
-// CheckAppliedHashes fails the test if the running nodes' hashes of their
+// checkAppliedHashes fails the test if the running nodes' hashes of their
 // applied entries differ at the smallest index they have all applied
 // (after up to hashCatchUp for them to reach the same one), or differed
 // when a node was stopped (Stop compares the nodes then), or a node fenced
 // itself after a checkpoint mismatch. A node that does not know its chain
 // or no longer remembers the index is skipped, and the test's log says
-// so. Start runs it when the test ends, unless Options.NoHashCheck or the
-// test plants a divergence ($LOCKCLUSTER_TEST_DIVERGE).
-func (c *Cluster) CheckAppliedHashes() {
+// so. Start runs it when the test ends, unless the test plants a
+// divergence ($LOCKCLUSTER_TEST_DIVERGE).
+func (c *Cluster) checkAppliedHashes() {
 	c.t.Helper()
 	c.compareRunning(hashCatchUp)
 	if problem := c.hashReport(); problem != "" {

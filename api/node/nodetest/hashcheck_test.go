@@ -50,14 +50,14 @@ func TestCompareAt(t *testing.T) {
 }
 
 // A real cluster's nodes agree, and the comparison is not vacuous: it
-// covers all three nodes (CheckAppliedHashes waits for the anchor entry
+// covers all three nodes (checkAppliedHashes waits for the anchor entry
 // that starts a young cluster's chains).
 func TestClusterAppliedHashesAgree(t *testing.T) {
 	c := Start(t, 3, Options{Quiet: true})
 	leader := c.WaitLeader(10 * time.Second)
 	c.Stop((leader + 1) % 3)
 	c.Restart((leader + 1) % 3)
-	c.CheckAppliedHashes()
+	c.checkAppliedHashes()
 	c.mu.Lock()
 	n, diverged := c.comparedAt, c.diverged
 	c.mu.Unlock()

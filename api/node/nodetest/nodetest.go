@@ -1,6 +1,11 @@
 // Package nodetest runs lockcluster nodes inside a test process, on
 // loopback, with real gRPC and Raft: multi-node tests of the server, the
 // client and the CLI use it.
+//
+// This package is implementation (test support), not API: it makes no
+// compatibility promise, and it exports only what other lockcluster
+// packages use. The stable API is the client (package lockcluster) and the
+// wire contract (api/lockclusterv1).
 package nodetest
 
 import (
@@ -47,16 +52,10 @@ type Cluster struct {
 
 // Options tune a test cluster.
 type Options struct {
-	// SessionTick is the leader's deadline resolution (default 10ms).
-	SessionTick time.Duration
 	// Quiet drops the nodes' logs instead of sending them to t.Log.
 	Quiet bool
 	// Node, if set, adjusts each node's configuration before it starts.
 	Node func(*node.Config)
-	// NoHashCheck: do not compare the nodes' running hashes of applied
-	// entries (hashcheck.go). Only for a test that makes a replica diverge
-	// on purpose; one that sets $LOCKCLUSTER_TEST_DIVERGE need not say it.
-	NoHashCheck bool
 }
 
 type testWriter struct {
@@ -78,16 +77,13 @@ func (w *testWriter) Write(p []byte) (int, error) {
 // it. It returns once every node sees the same leader.
 func Start(t T, n int, opts Options) *Cluster {
 	t.Helper()
-	if opts.SessionTick == 0 {
-		opts.SessionTick = 10 * time.Millisecond
-	}
 	w := &testWriter{t: t}
 	var out io.Writer = w
 	if opts.Quiet {
 		out = io.Discard
 	}
-	c := &Cluster{t: t, log: hclog.New(&hclog.LoggerOptions{Name: "test", Output: out, Level: hclog.Info}), hashCheck: !opts.NoHashCheck}
-	if os.Getenv(plantEnv) != "" && c.hashCheck {
+	c := &Cluster{t: t, log: hclog.New(&hclog.LoggerOptions{Name: "test", Output: out, Level: hclog.Info}), hashCheck: true}
+	if os.Getenv(plantEnv) != "" {
 		c.hashCheck = false
 		t.Log("nodetest: " + plantEnv + " plants a divergence: the applied hashes are not compared")
 	}
@@ -112,7 +108,7 @@ func Start(t T, n int, opts Options) *Cluster {
 			GRPCAddr: "127.0.0.1:0", RaftAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
 			Logger: c.log,
 		}
-		cfg.Server.SessionTick = opts.SessionTick
+		cfg.Server.SessionTick = 10 * time.Millisecond // the leader's deadline resolution
 		if opts.Node != nil {
 			opts.Node(&cfg)
 		}
