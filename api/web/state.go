@@ -6,21 +6,21 @@ import (
 	"github.com/lockcluster/lockcluster/fsm"
 )
 
-// State is the JSON of /api/state: this node's view, read from its own
+// state is the JSON of /api/state: this node's view, read from its own
 // lock manager without asking the leader (Linearizable is always false).
-type State struct {
+type state struct {
 	Node         string      `json:"node"`
 	RaftState    string      `json:"raftState"` // Leader, Follower, Candidate, Shutdown
 	Leader       string      `json:"leader"`    // the leader's id, "" when none is known
 	AppliedIndex uint64      `json:"appliedIndex"`
 	Linearizable bool        `json:"linearizable"`
 	Now          time.Time   `json:"now"`
-	Members      []Member    `json:"members"`
-	Namespaces   []Namespace `json:"namespaces"`
+	Members      []member    `json:"members"`
+	Namespaces   []namespace `json:"namespaces"`
 }
 
-// Member merges raft's configuration with the member directory's addresses.
-type Member struct {
+// member merges raft's configuration with the member directory's addresses.
+type member struct {
 	ID       string `json:"id"`
 	Suffrage string `json:"suffrage,omitempty"` // Voter, Nonvoter; "" when only in the directory
 	Leader   bool   `json:"leader"`
@@ -30,24 +30,24 @@ type Member struct {
 	HTTPAddr string `json:"httpAddr,omitempty"`
 }
 
-// Namespace is one namespace's sessions and locks. Held and Pending list
+// namespace is one namespace's sessions and locks. Held and Pending list
 // at most Options.MaxLocks each (Truncated says so); the counts are
 // complete. A scoped request appears once per name, as in a query.
-type Namespace struct {
+type namespace struct {
 	Name      string `json:"name"`
 	Sessions  int    `json:"sessions"`
 	HeldCount int    `json:"heldCount"`
 	// PendingCount counts requests; Pending lists (request, name) pairs.
 	PendingCount int    `json:"pendingCount"`
-	Held         []Lock `json:"held"`
-	Pending      []Lock `json:"pending"`
+	Held         []lock `json:"held"`
+	Pending      []lock `json:"pending"`
 	Truncated    bool   `json:"truncated"`
 }
 
-// Lock is one line of a namespace's held or pending list. Times are the
+// lock is one line of a namespace's held or pending list. Times are the
 // leader's clock when the entry was proposed; Age is Now minus AcquiredAt
 // for a held lock, minus RequestedAt for a pending one.
-type Lock struct {
+type lock struct {
 	Name        string     `json:"name"`
 	Mode        string     `json:"mode"`
 	ClientID    string     `json:"clientId"`
@@ -60,8 +60,8 @@ type Lock struct {
 	AgeSeconds  float64    `json:"ageSeconds"`
 }
 
-// Snapshot reads the state the page shows.
-func Snapshot(o Options) State {
+// snapshot reads the state the page shows.
+func snapshot(o Options) state {
 	now := time.Now()
 	if o.Now != nil {
 		now = o.Now()
@@ -70,7 +70,7 @@ func Snapshot(o Options) State {
 	if max <= 0 {
 		max = 200
 	}
-	st := State{Node: o.NodeID, Now: now.UTC(), Members: members(o), Namespaces: []Namespace{}}
+	st := state{Node: o.NodeID, Now: now.UTC(), Members: members(o), Namespaces: []namespace{}}
 	if o.Raft != nil {
 		st.RaftState = o.Raft.State()
 		st.Leader, _ = o.Raft.Leader()
@@ -81,7 +81,7 @@ func Snapshot(o Options) State {
 	st.AppliedIndex = o.Machine.LastIndex()
 	for _, ns := range o.Machine.NamespaceStats() {
 		q := o.Machine.Query(ns.Name)
-		n := Namespace{Name: ns.Name, Sessions: ns.Sessions, HeldCount: ns.Held, PendingCount: ns.Pending}
+		n := namespace{Name: ns.Name, Sessions: ns.Sessions, HeldCount: ns.Held, PendingCount: ns.Pending}
 		n.Held, n.Truncated = locks(q.Held, max, now, true)
 		var cut bool
 		n.Pending, cut = locks(q.Pending, max, now, false)
@@ -91,14 +91,14 @@ func Snapshot(o Options) State {
 	return st
 }
 
-func locks(in []fsm.LockInfo, max int, now time.Time, held bool) ([]Lock, bool) {
+func locks(in []fsm.LockInfo, max int, now time.Time, held bool) ([]lock, bool) {
 	cut := len(in) > max
 	if cut {
 		in = in[:max]
 	}
-	out := make([]Lock, len(in))
+	out := make([]lock, len(in))
 	for i, l := range in {
-		out[i] = Lock{Name: l.Name, Mode: l.Mode.String(), ClientID: l.ClientID, Label: l.Label, Session: l.Session,
+		out[i] = lock{Name: l.Name, Mode: l.Mode.String(), ClientID: l.ClientID, Label: l.Label, Session: l.Session,
 			RequestID: l.RequestID, RequestedAt: time.Unix(0, l.RequestedAt).UTC()}
 		since := out[i].RequestedAt
 		if held {
@@ -114,8 +114,8 @@ func locks(in []fsm.LockInfo, max int, now time.Time, held bool) ([]Lock, bool) 
 
 // members lists raft's configuration, in its order, with the directory's
 // addresses; members only in the directory (joining or leaving) follow.
-func members(o Options) []Member {
-	out := []Member{}
+func members(o Options) []member {
+	out := []member{}
 	dir := map[string]fsm.Member{}
 	if o.Machine != nil {
 		for _, m := range o.Machine.Members() {
@@ -127,7 +127,7 @@ func members(o Options) []Member {
 		if ms, err := o.Raft.Members(); err == nil {
 			for _, m := range ms {
 				d := dir[m.ID]
-				out = append(out, Member{ID: m.ID, Suffrage: m.Suffrage, Leader: m.Leader, Self: m.ID == o.NodeID,
+				out = append(out, member{ID: m.ID, Suffrage: m.Suffrage, Leader: m.Leader, Self: m.ID == o.NodeID,
 					RaftAddr: m.Addr, GRPCAddr: d.GRPCAddr, HTTPAddr: d.HTTPAddr})
 				seen[m.ID] = true
 			}
@@ -136,7 +136,7 @@ func members(o Options) []Member {
 	if o.Machine != nil {
 		for _, d := range o.Machine.Members() {
 			if !seen[d.ID] {
-				out = append(out, Member{ID: d.ID, Self: d.ID == o.NodeID, RaftAddr: d.RaftAddr, GRPCAddr: d.GRPCAddr, HTTPAddr: d.HTTPAddr})
+				out = append(out, member{ID: d.ID, Self: d.ID == o.NodeID, RaftAddr: d.RaftAddr, GRPCAddr: d.GRPCAddr, HTTPAddr: d.HTTPAddr})
 			}
 		}
 	}

@@ -9,6 +9,12 @@
 //
 // The page shows every namespace: it is an administrator's view. When the
 // cluster has credentials, Options.Authorize must check an admin one.
+//
+// This package is implementation, not API: it makes no compatibility
+// promise, and it exports only what other lockcluster packages use. The
+// stable API is the client (package lockcluster) and the wire contract
+// (api/lockclusterv1); the JSON of /api/state is the page's, not a
+// contract.
 package web
 
 import (
@@ -84,7 +90,7 @@ func Handler(o Options) http.Handler {
 		w.Header().Set("Cache-Control", "no-store")
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", " ")
-		_ = enc.Encode(Snapshot(o))
+		_ = enc.Encode(snapshot(o))
 	})
 	return Protect(o.Authorize, secureHeaders(mux))
 }

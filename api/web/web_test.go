@@ -1,4 +1,4 @@
-package web_test
+package web
 
 import (
 	"encoding/json"
@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockcluster/lockcluster/api/web"
 	"github.com/lockcluster/lockcluster/fsm"
 )
 
@@ -44,7 +43,7 @@ func get(t *testing.T, h http.Handler, method, path string) *http.Response {
 
 func TestHandler(t *testing.T) {
 	now := time.Now()
-	h := web.Handler(web.Options{NodeID: "node0", Machine: machine(t, now), Now: func() time.Time { return now }})
+	h := Handler(Options{NodeID: "node0", Machine: machine(t, now), Now: func() time.Time { return now }})
 	for _, tc := range []struct {
 		method, path string
 		code         int
@@ -73,7 +72,7 @@ func TestHandler(t *testing.T) {
 		}
 	}
 
-	var st web.State
+	var st state
 	if err := json.NewDecoder(get(t, h, "GET", "/api/state").Body).Decode(&st); err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +93,7 @@ func TestHandler(t *testing.T) {
 	}
 
 	// Lists are cut at MaxLocks; the counts stay complete.
-	st = web.Snapshot(web.Options{Machine: machine(t, now), MaxLocks: 1})
+	st = snapshot(Options{Machine: machine(t, now), MaxLocks: 1})
 	if ns := st.Namespaces[0]; len(ns.Held) != 1 || len(ns.Pending) != 1 || ns.Truncated {
 		t.Errorf("MaxLocks 1 with one lock of each: %+v", ns)
 	}
@@ -103,7 +102,7 @@ func TestHandler(t *testing.T) {
 func TestAuthorize(t *testing.T) {
 	m := machine(t, time.Now())
 	allow := false
-	h := web.Handler(web.Options{Machine: m, Authorize: func(r *http.Request) bool {
+	h := Handler(Options{Machine: m, Authorize: func(r *http.Request) bool {
 		_, pw, ok := r.BasicAuth()
 		return allow && ok && pw == "admin-secret"
 	}})
