@@ -19,7 +19,7 @@ func TestBuildInfo(t *testing.T) {
 # TYPE lockcluster_build_info gauge
 lockcluster_build_info{goversion="go1.99",revision="abc123",version="v1.2.3"} 1
 `
-	if err := testutil.GatherAndCompare(m.Registry(), strings.NewReader(want), "lockcluster_build_info"); err != nil {
+	if err := testutil.GatherAndCompare(m.registry(), strings.NewReader(want), "lockcluster_build_info"); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -9,11 +9,11 @@ import (
 	"github.com/lockcluster/lockcluster/fsm"
 )
 
-// Observer is what the request handlers of api/server report, on the node
-// that proposed the entry (the leader: a follower that forwards a call
-// reports nothing, the leader's handler does). *Metrics implements it;
-// Nop does nothing.
-type Observer interface {
+// observer is what the request handlers of api/server report (its
+// Observer), on the node that proposed the entry (the leader: a follower
+// that forwards a call reports nothing, the leader's handler does).
+// *Metrics implements it.
+type observer interface {
 	// Requested reports a Request entry applied without error: start is
 	// when the call arrived, r the entry's Result. A request granted at once
 	// (r.Status granted, including a steal) is observed now; a queued one
@@ -28,23 +28,14 @@ type Observer interface {
 	Freed(start time.Time, ap fsm.Applied)
 }
 
-// Nop is an Observer that observes nothing.
-type Nop struct{}
+var _ observer = (*Metrics)(nil)
 
-func (Nop) Requested(string, uint64, uint64, time.Time, fsm.Result) {}
-func (Nop) Freed(time.Time, fsm.Applied)                            {}
-
-var (
-	_ Observer = (*Metrics)(nil)
-	_ Observer = Nop{}
-)
-
-// Requested implements Observer.
+// Requested implements api/server's Observer.
 func (m *Metrics) Requested(namespace string, session, requestID uint64, start time.Time, r fsm.Result) {
 	m.latency.requested(namespace, session, requestID, start, r)
 }
 
-// Freed implements Observer.
+// Freed implements api/server's Observer.
 func (m *Metrics) Freed(start time.Time, ap fsm.Applied) { m.latency.freed(start, ap) }
 
 // maxWaiting bounds the queued requests tracked. A request normally leaves

@@ -44,7 +44,7 @@ func TestEveryFamilyLints(t *testing.T) {
 	h.apply(&fsm.ExpireSession{Session: b})
 
 	var own []string
-	fams, err := h.met.Registry().Gather()
+	fams, err := h.met.registry().Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +60,7 @@ func TestEveryFamilyLints(t *testing.T) {
 			t.Errorf("no %s among %v", want, own)
 		}
 	}
-	problems, err := testutil.GatherAndLint(h.met.Registry(), own...)
+	problems, err := testutil.GatherAndLint(h.met.registry(), own...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,7 @@
 //   - counters of what applied entries did: grants, ifAvailable misses,
 //     aborts, steals and session expiries;
 //   - acquire and hand-off latency histograms, fed by the request handlers
-//     through the Observer interface;
+//     through api/server's Observer interface;
 //   - the replica's health (diverged, checkpoints verified, hash index);
 //   - the Go runtime and process collectors, and lockcluster_build_info
 //     (version, revision and Go version labels, value 1).
@@ -72,6 +72,11 @@
 // bounded only by how many namespaces the cluster serves: that is the
 // operator's concern (the configured namespaces when auth is on; with auth
 // off any client can create namespaces, and with them series).
+//
+// This package is implementation, not API: it makes no compatibility
+// promise, and it exports only what other lockcluster packages use. The
+// stable API is the client (package lockcluster) and the wire contract
+// (api/lockclusterv1).
 package metrics
 
 import (
@@ -87,7 +92,8 @@ import (
 )
 
 // Metrics holds one node's metrics. Feed it every applied entry (Applied)
-// and the request handlers' timings (Observer); serve Handler on /metrics.
+// and the request handlers' timings (api/server's Observer); serve Handler
+// on /metrics.
 type Metrics struct {
 	reg     *prometheus.Registry
 	grpc    *grpcprom.ServerMetrics
@@ -140,8 +146,8 @@ func New(m *fsm.Machine, opts ...Option) *Metrics {
 	return &Metrics{reg: reg, grpc: gm, rec: rec, latency: lat}
 }
 
-// Registry is the node's registry, for tests and for more collectors.
-func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+// registry is the node's registry, for tests.
+func (m *Metrics) registry() *prometheus.Registry { return m.reg }
 
 // Handler serves the registry in the Prometheus text format.
 func (m *Metrics) Handler() http.Handler {

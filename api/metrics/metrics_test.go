@@ -137,7 +137,7 @@ lockcluster_sessions{namespace="other"} 1
 # TYPE lockcluster_applied_index gauge
 lockcluster_applied_index 5
 `
-	if err := testutil.GatherAndCompare(h.met.Registry(), strings.NewReader(want),
+	if err := testutil.GatherAndCompare(h.met.registry(), strings.NewReader(want),
 		"lockcluster_locks_held", "lockcluster_requests_pending", "lockcluster_sessions", "lockcluster_applied_index"); err != nil {
 		t.Error(err)
 	}
@@ -220,7 +220,7 @@ func TestRaftSinkShared(t *testing.T) {
 	}
 	gometrics.IncrCounter([]string{"raft", "test", "ping"}, 1)
 	for _, m := range []*Metrics{m1, m2} {
-		if n, err := testutil.GatherAndCount(m.Registry(), "lockcluster_raft_test_ping"); err != nil || n != 1 {
+		if n, err := testutil.GatherAndCount(m.registry(), "lockcluster_raft_test_ping"); err != nil || n != 1 {
 			t.Errorf("lockcluster_raft_test_ping: %d series, %v", n, err)
 		}
 	}
