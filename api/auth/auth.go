@@ -4,6 +4,12 @@
 // kept only as SHA-256 digests and compared in constant time; they are never
 // logged. A caller without the right to a namespace gets PermissionDenied
 // and learns nothing about it, not even whether it exists.
+//
+// This package is implementation, not API: it makes no compatibility
+// promise, and it exports only what other lockcluster packages use. The
+// stable API is the client (package lockcluster) and the wire contract
+// (api/lockclusterv1); the credentials file's format is the lockcluster
+// command's.
 package auth
 
 import (
@@ -40,13 +46,13 @@ type Namespace struct {
 	Identities []string `yaml:"identities"`
 }
 
-// Enabled reports whether any credential is configured.
-func (c Config) Enabled() bool {
+// enabled reports whether any credential is configured.
+func (c Config) enabled() bool {
 	return len(c.AdminTokens) > 0 || len(c.AdminIdentities) > 0 || len(c.Namespaces) > 0
 }
 
-// Validate checks the configuration, naming what is wrong (never a token).
-func (c Config) Validate() error {
+// validate checks the configuration, naming what is wrong (never a token).
+func (c Config) validate() error {
 	for name, ns := range c.Namespaces {
 		if name == "" {
 			return fmt.Errorf("auth: a namespace has an empty name")
@@ -65,7 +71,7 @@ func (c Config) Validate() error {
 			return fmt.Errorf("auth: admin token %d is shorter than 16 characters", i+1)
 		}
 	}
-	if c.Enabled() && len(c.AdminTokens) == 0 && len(c.AdminIdentities) == 0 {
+	if c.enabled() && len(c.AdminTokens) == 0 && len(c.AdminIdentities) == 0 {
 		return fmt.Errorf("auth: namespaces are configured but no admin token or identity: the nodes need one to call each other")
 	}
 	return nil
@@ -87,10 +93,10 @@ type grant struct {
 
 // New builds an Authorizer; a zero Config allows everything.
 func New(c Config) (*Authorizer, error) {
-	if err := c.Validate(); err != nil {
+	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	a := &Authorizer{enabled: c.Enabled(), adminIDs: set(c.AdminIdentities), namespaces: map[string]grant{}}
+	a := &Authorizer{enabled: c.enabled(), adminIDs: set(c.AdminIdentities), namespaces: map[string]grant{}}
 	for _, t := range c.AdminTokens {
 		a.admin = append(a.admin, sha256.Sum256([]byte(t)))
 	}
@@ -151,8 +157,8 @@ func CallerOf(ctx context.Context) Caller {
 	return c
 }
 
-// Anonymous reports whether the call presented no credential at all.
-func (c Caller) Anonymous() bool { return !c.hasToken && len(c.identities) == 0 }
+// anonymous reports whether the call presented no credential at all.
+func (c Caller) anonymous() bool { return !c.hasToken && len(c.identities) == 0 }
 
 func (c Caller) matches(tokens [][32]byte, ids map[string]bool) bool {
 	ok := 0
@@ -174,8 +180,8 @@ func (a *Authorizer) Admin(c Caller) bool {
 	return !a.Enabled() || c.matches(a.admin, a.adminIDs)
 }
 
-// Namespace reports whether the caller may use namespace ns.
-func (a *Authorizer) Namespace(c Caller, ns string) bool {
+// namespace reports whether the caller may use namespace ns.
+func (a *Authorizer) namespace(c Caller, ns string) bool {
 	if a.Admin(c) {
 		return true
 	}

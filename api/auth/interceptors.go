@@ -25,11 +25,11 @@ func (a *Authorizer) check(ctx context.Context, method string, req any) error {
 		return nil
 	}
 	c := CallerOf(ctx)
-	if c.Anonymous() {
+	if c.anonymous() {
 		return status.Error(codes.Unauthenticated, "lockcluster requires credentials: a bearer token (LOCKCLUSTER_TOKEN) or a client certificate")
 	}
 	if n, ok := req.(namespaced); ok {
-		if !a.Namespace(c, n.GetNamespace()) {
+		if !a.namespace(c, n.GetNamespace()) {
 			return status.Error(codes.PermissionDenied, "the credentials do not grant namespace "+strconv.Quote(n.GetNamespace()))
 		}
 		return nil
