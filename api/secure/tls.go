@@ -2,6 +2,11 @@
 // configurations for the client API, the raft links and the HTTP port, a
 // TLS stream layer for raft, and the creation of a private CA and its
 // certificates for trying TLS out (the standard library only).
+//
+// This package is implementation, not API: it makes no compatibility
+// promise, and it exports only what other lockcluster packages use. The
+// stable API is the client (package lockcluster) and the wire contract
+// (api/lockclusterv1).
 package secure
 
 import (
