@@ -4,6 +4,9 @@
 // running and for how long, and the whole output of every test that failed
 // (and of a package that failed outside a test). scripts/test pipes the
 // suite through it. It exits 1 if any test or package failed.
+//
+// It is a development tool, not API: it exports nothing and makes no
+// compatibility promise.
 package main
 
 import (
