@@ -31,7 +31,7 @@ type member struct {
 }
 
 // namespace is one namespace's sessions and locks. Held and Pending list
-// at most Options.MaxLocks each (Truncated says so); the counts are
+// at most Options.maxLocks each (Truncated says so); the counts are
 // complete. A scoped request appears once per name, as in a query.
 type namespace struct {
 	Name      string `json:"name"`
@@ -63,10 +63,10 @@ type lock struct {
 // snapshot reads the state the page shows.
 func snapshot(o Options) state {
 	now := time.Now()
-	if o.Now != nil {
-		now = o.Now()
+	if o.now != nil {
+		now = o.now()
 	}
-	max := o.MaxLocks
+	max := o.maxLocks
 	if max <= 0 {
 		max = 200
 	}

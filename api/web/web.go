@@ -51,21 +51,21 @@ type Options struct {
 	// a browser asks for credentials (and then sends them with the page's
 	// polls too). nil: open to anyone who reaches the port.
 	Authorize func(*http.Request) bool
-	// MaxLocks bounds the held and the pending locks listed per namespace
+	// maxLocks (tests) bounds the held and the pending locks listed per namespace
 	// (default 200); the counts are always complete.
-	MaxLocks int
-	// Now is the clock of the ages (default time.Now).
-	Now func() time.Time
+	maxLocks int
+	// now (tests) is the clock of the ages (default time.Now).
+	now func() time.Time
 }
 
 // Handler serves the page at /, its assets under /static/ and its data at
 // /api/state; anything else is 404. Mount it at "/".
 func Handler(o Options) http.Handler {
-	if o.MaxLocks <= 0 {
-		o.MaxLocks = 200
+	if o.maxLocks <= 0 {
+		o.maxLocks = 200
 	}
-	if o.Now == nil {
-		o.Now = time.Now
+	if o.now == nil {
+		o.now = time.Now
 	}
 	sub, err := fs.Sub(static, "static")
 	if err != nil {

@@ -43,7 +43,7 @@ func get(t *testing.T, h http.Handler, method, path string) *http.Response {
 
 func TestHandler(t *testing.T) {
 	now := time.Now()
-	h := Handler(Options{NodeID: "node0", Machine: machine(t, now), Now: func() time.Time { return now }})
+	h := Handler(Options{NodeID: "node0", Machine: machine(t, now), now: func() time.Time { return now }})
 	for _, tc := range []struct {
 		method, path string
 		code         int
@@ -92,8 +92,8 @@ func TestHandler(t *testing.T) {
 		t.Errorf("pending: %+v", pend)
 	}
 
-	// Lists are cut at MaxLocks; the counts stay complete.
-	st = snapshot(Options{Machine: machine(t, now), MaxLocks: 1})
+	// Lists are cut at maxLocks; the counts stay complete.
+	st = snapshot(Options{Machine: machine(t, now), maxLocks: 1})
 	if ns := st.Namespaces[0]; len(ns.Held) != 1 || len(ns.Pending) != 1 || ns.Truncated {
 		t.Errorf("MaxLocks 1 with one lock of each: %+v", ns)
 	}
