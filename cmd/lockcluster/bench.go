@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/lockcluster/lockcluster/cmd/lockcluster/loadgen"
+	"github.com/lockcluster/lockcluster/cmd/lockcluster/proccluster"
 )
 
 // benchFlags are the flags of 'lockcluster bench'.
@@ -115,7 +116,7 @@ func runBench(g *globals, f *benchFlags, command string) error {
 		defer pprof.StopCPUProfile()
 	}
 	addrs := g.endpoints()
-	var cluster *loadgen.LocalCluster
+	var cluster *proccluster.Cluster
 	if f.local {
 		bin := f.serverBin
 		if bin == "" {
@@ -147,7 +148,7 @@ func runBench(g *globals, f *benchFlags, command string) error {
 	load := loadgen.LoadAvg()
 	var meter *loadgen.CPUMeter
 	if cluster != nil && cfg.Workload != loadgen.Idle && cfg.Workload != loadgen.Failover {
-		meter = cluster.Meter(ctx)
+		meter = loadgen.Meter(ctx, cluster)
 	}
 	res := &loadgen.Result{Driver: d.Name(), Workload: cfg.Workload, Workers: cfg.Workers, Sessions: cfg.Sessions}
 	var err error
@@ -185,7 +186,7 @@ func runBench(g *globals, f *benchFlags, command string) error {
 	case loadgen.HeldLocks:
 		hc := loadgen.HeldConfig{Driver: d, Sessions: cfg.Sessions, Locks: cfg.Locks, Workers: cfg.Workers, Prefix: cfg.Prefix, Hold: cfg.Hold, Progress: os.Stderr}
 		if cluster != nil {
-			hc.Measure = func() []loadgen.ProcUsage { return cluster.Meter(ctx).Stop() }
+			hc.Measure = func() []loadgen.ProcUsage { return loadgen.Meter(ctx, cluster).Stop() }
 		}
 		res.Held, err = loadgen.RunHeld(ctx, hc)
 	default:
@@ -210,22 +211,22 @@ func runBench(g *globals, f *benchFlags, command string) error {
 }
 
 // localPIDs returns the pids of the nodes serving addrs, in that order.
-func localPIDs(c *loadgen.LocalCluster, addrs []string) []int {
+func localPIDs(c *proccluster.Cluster, addrs []string) []int {
 	var out []int
 	for _, a := range addrs {
-		for _, nd := range c.Nodes {
+		for i, nd := range c.Nodes {
 			if nd.GRPC == a {
-				out = append(out, nd.PID())
+				out = append(out, c.PID(i))
 			}
 		}
 	}
 	return out
 }
 
-func leaderPID(ctx context.Context, c *loadgen.LocalCluster) int {
+func leaderPID(ctx context.Context, c *proccluster.Cluster) int {
 	i, err := c.Leader(ctx, 5*time.Second)
 	if err != nil {
 		return 0
 	}
-	return c.Nodes[i].PID()
+	return c.PID(i)
 }

@@ -4,9 +4,9 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -15,15 +15,8 @@ import (
 
 	"github.com/lockcluster/lockcluster"
 	"github.com/lockcluster/lockcluster/api/secure"
+	"github.com/lockcluster/lockcluster/cmd/lockcluster/proccluster"
 )
-
-type devNode struct {
-	id, dir          string
-	grpc, raft, http string
-	args             []string
-	cmd              *exec.Cmd
-	exited           chan struct{}
-}
 
 func newDev() *cobra.Command {
 	var dataDir, host string
@@ -69,86 +62,63 @@ func runDev(dataDir, host string, n, base int, useTLS bool) error {
 	if err != nil {
 		return err
 	}
-	var peers []string
-	nodes := make([]*devNode, n)
-	for i := range nodes {
-		p := base + 10*i
-		nd := &devNode{id: fmt.Sprintf("node%d", i), dir: filepath.Join(dataDir, fmt.Sprintf("node%d", i)),
-			grpc: fmt.Sprintf("%s:%d", host, p), raft: fmt.Sprintf("%s:%d", host, p+1), http: fmt.Sprintf("%s:%d", host, p+2)}
-		nodes[i] = nd
-		peers = append(peers, nd.id+"="+nd.raft)
-	}
-	var addrs []string
 	var tlsFiles secure.Files
+	var admin []lockcluster.Option
+	tlsDir := filepath.Join(dataDir, "tls")
 	if useTLS {
-		var err error
-		if tlsFiles, err = devCerts(filepath.Join(dataDir, "tls"), host, nodes); err != nil {
+		if tlsFiles, err = devCerts(tlsDir, host, n); err != nil {
 			return err
 		}
-	}
-	for _, nd := range nodes {
-		nd.args = []string{"serve", "--id", nd.id, "--data-dir", nd.dir, "--grpc-addr", nd.grpc, "--raft-addr", nd.raft,
-			"--http-addr", nd.http, "--bootstrap", strings.Join(peers, ",")}
-		if useTLS {
-			dir := filepath.Join(dataDir, "tls")
-			nd.args = append(nd.args, "--tls-ca", tlsFiles.CA, "--tls-cert", filepath.Join(dir, nd.id+".crt"), "--tls-key", filepath.Join(dir, nd.id+".key"))
+		cfg, err := tlsFiles.Client()
+		if err != nil {
+			return err
 		}
-		addrs = append(addrs, nd.grpc)
-	}
-	stopAll := func() {
-		for _, nd := range nodes {
-			if nd.cmd != nil && nd.cmd.Process != nil {
-				nd.cmd.Process.Signal(syscall.SIGTERM)
-			}
-		}
-		for _, nd := range nodes {
-			if nd.exited == nil {
-				continue
-			}
-			select {
-			case <-nd.exited:
-			case <-time.After(15 * time.Second):
-				nd.cmd.Process.Kill()
-				<-nd.exited
-			}
-		}
-		if !keep {
-			os.RemoveAll(dataDir)
-		}
+		admin = append(admin, lockcluster.WithTLS(cfg))
 	}
 	logDir := filepath.Join(dataDir, "logs")
-	if err := os.MkdirAll(logDir, 0o755); err != nil {
+	exits := make(chan *proccluster.Node, n)
+	c, err := proccluster.New(proccluster.Config{Bin: self, Nodes: n, Dir: dataDir, Keep: keep, LogDir: logDir, Host: host, BasePort: base,
+		Admin: admin, Extra: func(c *proccluster.Cluster, i int) []string {
+			if !useTLS {
+				return nil
+			}
+			id := c.Nodes[i].ID
+			return []string{"--tls-ca", tlsFiles.CA, "--tls-cert", filepath.Join(tlsDir, id+".crt"), "--tls-key", filepath.Join(tlsDir, id+".key")}
+		},
+		OnExit: func(nd *proccluster.Node, _ error, _ bool) {
+			select {
+			case exits <- nd:
+			default:
+			}
+		}})
+	if err != nil {
 		return err
 	}
-	exits := make(chan *devNode, n)
-	for _, nd := range nodes {
-		if err := nd.start(self, logDir, exits); err != nil {
-			stopAll()
-			return fmt.Errorf("starting %s: %w", nd.id, err)
-		}
+	if err := c.StartAll(); err != nil {
+		c.Stop()
+		return err
 	}
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sig)
 
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	leader, err := waitLeader(ctx, addrs, tlsFiles, sig)
-	cancel()
+	leader, err := devLeader(c, sig)
 	if err != nil {
-		stopAll()
+		c.Stop()
 		return err
 	}
+	addrs := c.Addrs()
 	fmt.Printf("lockcluster dev: %d nodes, data in %s (logs in %s)\n\n", n, dataDir, logDir)
-	for _, nd := range nodes {
+	for i, nd := range c.Nodes {
 		mark := ""
-		if nd.id == leader {
+		if i == leader {
 			mark = "  (leader)"
 		}
 		scheme := "http"
 		if useTLS {
 			scheme = "https"
 		}
-		fmt.Printf("  %s  pid %-7d gRPC %s  raft %s  HTTP %s://%s%s\n", nd.id, nd.cmd.Process.Pid, nd.grpc, nd.raft, scheme, nd.http, mark)
+		fmt.Printf("  %s  pid %-7d gRPC %s  raft %s  HTTP %s://%s%s\n", nd.ID, c.PID(i), nd.GRPC, nd.Raft, scheme, nd.HTTP, mark)
 	}
 	if useTLS {
 		fmt.Printf("\nTLS: every link is TLS, verified against %s; clients use the certificate below.\n", tlsFiles.CA)
@@ -169,75 +139,52 @@ Ctrl-C stops the cluster.
 		select {
 		case s := <-sig:
 			fmt.Printf("\n%s: stopping the cluster...\n", s)
-			stopAll()
+			c.Stop()
 			return nil
 		case nd := <-exits:
-			fmt.Printf("%s (pid %d) exited: %v. Restart it with:\n  %s %s\n", nd.id, nd.cmd.Process.Pid, nd.cmd.ProcessState, self, strings.Join(nd.args, " "))
+			i := slices.Index(c.Nodes, nd)
+			fmt.Printf("%s (pid %d) exited: %v. Restart it with:\n  %s %s\n", nd.ID, c.ProcessState(i).Pid(), c.ProcessState(i), self, strings.Join(nd.Args, " "))
 		}
 	}
 }
 
-func (nd *devNode) start(self, logDir string, exits chan<- *devNode) error {
-	f, err := os.OpenFile(filepath.Join(logDir, nd.id+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return err
-	}
-	nd.cmd = exec.Command(self, nd.args...)
-	nd.cmd.Stdout, nd.cmd.Stderr = f, f
-	nd.cmd.Env = append(os.Environ(), "NO_COLOR=1")
-	if err := nd.cmd.Start(); err != nil {
-		f.Close()
-		return err
-	}
-	nd.exited = make(chan struct{})
+// devLeader waits up to 30s for a leader, or until a signal on sig.
+func devLeader(c *proccluster.Cluster, sig <-chan os.Signal) (int, error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	got := make(chan os.Signal, 1)
+	watched := make(chan struct{})
 	go func() {
-		nd.cmd.Wait()
-		f.Close()
-		close(nd.exited)
-		exits <- nd
-	}()
-	return nil
-}
-
-func waitLeader(ctx context.Context, addrs []string, files secure.Files, sig <-chan os.Signal) (string, error) {
-	var opts []lockcluster.Option
-	if files.Enabled() {
-		cfg, err := files.Client()
-		if err != nil {
-			return "", err
-		}
-		opts = append(opts, lockcluster.WithTLS(cfg))
-	}
-	a, err := lockcluster.DialAdmin(addrs, opts...)
-	if err != nil {
-		return "", err
-	}
-	defer a.Close()
-	for {
-		for _, st := range a.Status(ctx) {
-			if st.Err == "" && st.LeaderID != "" {
-				return st.LeaderID, nil
-			}
-		}
+		defer close(watched)
 		select {
-		case <-ctx.Done():
-			return "", fmt.Errorf("the cluster elected no leader within 30s: see the logs")
 		case s := <-sig:
-			return "", fmt.Errorf("interrupted (%s)", s)
-		case <-time.After(100 * time.Millisecond):
+			got <- s
+			cancel()
+		case <-ctx.Done():
 		}
+	}()
+	leader, err := c.Leader(ctx, 30*time.Second)
+	cancel()
+	<-watched
+	select {
+	case s := <-got:
+		return -1, fmt.Errorf("interrupted (%s)", s)
+	default:
 	}
+	if err != nil {
+		return -1, fmt.Errorf("the cluster elected no leader within 30s: see the logs")
+	}
+	return leader, nil
 }
 
 // devCerts creates a CA, a certificate per node and one for clients in dir.
 // It returns the CA and the client's files.
-func devCerts(dir, host string, nodes []*devNode) (secure.Files, error) {
+func devCerts(dir, host string, nodes int) (secure.Files, error) {
 	if err := secure.CreateCA(dir, "lockcluster dev CA", 30*24*time.Hour); err != nil {
 		return secure.Files{}, err
 	}
 	hosts := []string{host, "127.0.0.1", "localhost"}
-	for _, nd := range nodes {
-		if err := secure.CreateCert(secure.CertRequest{CADir: dir, OutDir: dir, Name: nd.id, Hosts: hosts, Validity: 30 * 24 * time.Hour}); err != nil {
+	for i := range nodes {
+		if err := secure.CreateCert(secure.CertRequest{CADir: dir, OutDir: dir, Name: proccluster.NodeID(i), Hosts: hosts, Validity: 30 * 24 * time.Hour}); err != nil {
 			return secure.Files{}, err
 		}
 	}

@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/lockcluster/lockcluster/cmd/lockcluster/loadgen"
+	"github.com/lockcluster/lockcluster/cmd/lockcluster/proccluster"
 )
 
 func main() {
@@ -89,7 +90,7 @@ func run() error {
 	defer cancel()
 
 	lcAddrs := strings.Split(*addr, ",")
-	var lc *loadgen.LocalCluster
+	var lc *proccluster.Cluster
 	if *bin != "" {
 		fmt.Fprintln(os.Stderr, "starting lockcluster (3 serve processes)...")
 		var err error
@@ -191,13 +192,13 @@ func printTable(pairs []pair) {
 	tw.Flush()
 }
 
-func lcPIDs(lc *loadgen.LocalCluster) []int {
+func lcPIDs(lc *proccluster.Cluster) []int {
 	if lc == nil {
 		return nil
 	}
 	var out []int
-	for _, nd := range lc.Nodes {
-		out = append(out, nd.PID())
+	for i := range lc.Nodes {
+		out = append(out, lc.PID(i))
 	}
 	return out
 }

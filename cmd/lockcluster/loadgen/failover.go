@@ -10,11 +10,12 @@ import (
 	"time"
 
 	"github.com/lockcluster/lockcluster"
+	"github.com/lockcluster/lockcluster/cmd/lockcluster/proccluster"
 )
 
 // FailoverConfig configures RunFailover.
 type FailoverConfig struct {
-	Cluster *LocalCluster
+	Cluster *proccluster.Cluster
 	Workers int // sessions running uncontended pairs all along
 	Probes  int // sessions that request a fresh lock right after each kill (0: 4)
 	Trials  int
@@ -108,7 +109,7 @@ func RunFailover(ctx context.Context, cfg FailoverConfig) (*FailoverResult, erro
 	}
 	var electedAll, grantAll []time.Duration
 	for t := range cfg.Trials {
-		if err := c.WaitCaughtUp(ctx, 60*time.Second); err != nil {
+		if err := c.CaughtUp(ctx, 60*time.Second); err != nil {
 			stop()
 			wg.Wait()
 			return nil, err
@@ -127,7 +128,7 @@ func RunFailover(ctx context.Context, cfg FailoverConfig) (*FailoverResult, erro
 			fmt.Fprintf(cfg.Progress, "trial %d/%d: killed %s; a new leader in %s, first grant %s after the kill\n",
 				t+1, cfg.Trials, c.Nodes[leader].ID, elected.Round(time.Millisecond), first.Round(time.Millisecond))
 		}
-		if err := c.Restart(leader); err != nil {
+		if err := c.Start(leader); err != nil {
 			stop()
 			wg.Wait()
 			return nil, err
@@ -152,7 +153,7 @@ func RunFailover(ctx context.Context, cfg FailoverConfig) (*FailoverResult, erro
 // killOnce kills node leader and returns how long until a survivor
 // reported itself leader, and until the first probe's fresh request was
 // granted.
-func killOnce(ctx context.Context, c *LocalCluster, leader int, probes []Session, prefix string) (elected, first time.Duration) {
+func killOnce(ctx context.Context, c *proccluster.Cluster, leader int, probes []Session, prefix string) (elected, first time.Duration) {
 	var survivors []string
 	for i, nd := range c.Nodes {
 		if i != leader {
@@ -165,7 +166,7 @@ func killOnce(ctx context.Context, c *LocalCluster, leader int, probes []Session
 	}
 	defer admin.Close()
 	killed := time.Now()
-	c.Kill(leader)
+	_ = c.Kill(leader) // it runs: Leader found it leading
 	var wg sync.WaitGroup
 	grants := make([]time.Duration, len(probes))
 	for i, p := range probes {

@@ -2,10 +2,8 @@ package loadgen
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
-	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,6 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	pb "github.com/lockcluster/lockcluster/api/lockclusterv1"
+	"github.com/lockcluster/lockcluster/cmd/lockcluster/proccluster"
 )
 
 // Flood is the hostile-tenant workload (security issue): one namespace
@@ -206,23 +205,6 @@ func progress(w io.Writer, format string, a ...any) {
 // DigestIndex reads a node's last applied log index from its
 // /debug/digest (with an admin token when auth is on).
 func DigestIndex(ctx context.Context, httpAddr, token string) (uint64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+httpAddr+"/debug/digest", nil)
-	if err != nil {
-		return 0, err
-	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	var d struct {
-		LastIndex uint64 `json:"last_index"` // current; "index" is the cached digest's
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&d); err != nil {
-		return 0, fmt.Errorf("%s/debug/digest: %w", httpAddr, err)
-	}
-	return d.LastIndex, nil
+	d, err := proccluster.ReadDigest(ctx, httpAddr, 0, token)
+	return d.LastIndex, err
 }

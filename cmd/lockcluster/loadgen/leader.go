@@ -2,25 +2,16 @@ package loadgen
 
 import (
 	"context"
-	"time"
 
-	"github.com/lockcluster/lockcluster"
+	"github.com/lockcluster/lockcluster/cmd/lockcluster/proccluster"
 )
 
 // LeaderFirst reorders addrs so that the leader's endpoint comes first, so
 // that a benchmark measures the leader's path rather than forwarding.
 func LeaderFirst(ctx context.Context, addrs []string) []string {
-	a, err := lockcluster.DialAdmin(addrs)
-	if err != nil {
+	i := proccluster.Leader(ctx, addrs)
+	if i < 0 {
 		return addrs
 	}
-	defer a.Close()
-	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	for i, st := range a.Status(sctx) {
-		if st.Err == "" && st.State == "Leader" {
-			return append([]string{addrs[i]}, append(append([]string(nil), addrs[:i]...), addrs[i+1:]...)...)
-		}
-	}
-	return addrs
+	return append([]string{addrs[i]}, append(append([]string(nil), addrs[:i]...), addrs[i+1:]...)...)
 }
