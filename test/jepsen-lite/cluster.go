@@ -2,13 +2,12 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"time"
 
 	"github.com/lockcluster/lockcluster"
+	"github.com/lockcluster/lockcluster/cmd/lockcluster/proccluster"
 )
 
 // Cluster drives the system under test: local processes (local.go) or the
@@ -50,32 +49,11 @@ type Network interface {
 var errUnsupported = errors.New("not supported by this cluster driver")
 
 // leader returns the index of a node that reports itself leader, or -1.
-func leader(ctx context.Context, c Cluster) int {
-	a, err := lockcluster.DialAdmin(c.Endpoints())
-	if err != nil {
-		return -1
-	}
-	defer a.Close()
-	sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	for i, st := range a.Status(sctx) {
-		if st.Err == "" && st.State == "Leader" {
-			return i
-		}
-	}
-	return -1
-}
+func leader(ctx context.Context, c Cluster) int { return proccluster.Leader(ctx, c.Endpoints()) }
 
 // waitLeader polls until some node leads, or d passes.
 func waitLeader(ctx context.Context, c Cluster, d time.Duration) (int, error) {
-	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) && ctx.Err() == nil {
-		if i := leader(ctx, c); i >= 0 {
-			return i, nil
-		}
-		sleepCtx(ctx, 100*time.Millisecond)
-	}
-	return -1, fmt.Errorf("no leader within %s", d)
+	return proccluster.WaitLeader(ctx, d, c.Endpoints())
 }
 
 // waitReady polls until every node knows the leader and its client
@@ -106,51 +84,11 @@ func waitReady(ctx context.Context, c Cluster, d time.Duration) error {
 	return fmt.Errorf("the nodes did not all know the leader's address within %s (%s)", d, last)
 }
 
-// nodeDigest is a node's answer to GET /debug/digest.
-type nodeDigest struct {
-	ID     string `json:"id"`
-	Index  uint64 `json:"index"`
-	Digest string `json:"digest"`
-	Stable bool   `json:"stable"`
-	// The running hash of every applied log entry (raftnode): the last
-	// index folded into it (nil: a lockcluster without the running hash)
-	// and the hash through it ("" when the node does not know its chain,
-	// e.g. restored from a snapshot written before it had one).
-	AppliedIndex *uint64 `json:"applied_index"`
-	AppliedHash  string  `json:"applied_hash"`
-	// Diverged is why the node fenced itself (a checkpoint did not match
-	// its own hash), "" if it did not.
-	Diverged string `json:"diverged"`
-	// With ?at=N: the hash at exactly index N, or "" and why not.
-	AtIndex uint64 `json:"at_index"`
-	AtHash  string `json:"at_hash"`
-	AtError string `json:"at_error"`
-}
-
-func digestOf(ctx context.Context, c Cluster, i int) (nodeDigest, error) {
-	return fetchDigest(ctx, c, i, "")
-}
-
-// digestAt asks node i for its running hash at exactly index at.
-func digestAt(ctx context.Context, c Cluster, i int, at uint64) (nodeDigest, error) {
-	return fetchDigest(ctx, c, i, fmt.Sprintf("?at=%d", at))
-}
-
-func fetchDigest(ctx context.Context, c Cluster, i int, query string) (nodeDigest, error) {
-	var d nodeDigest
-	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+c.HTTPAddr(i)+"/debug/digest"+query, nil)
+// digestOf reads node i's /debug/digest.
+func digestOf(ctx context.Context, c Cluster, i int) (proccluster.Digest, error) {
+	d, err := proccluster.ReadDigest(ctx, c.HTTPAddr(i), 0, "")
 	if err != nil {
-		return d, err
+		return d, fmt.Errorf("node %d: %w", i, err)
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return d, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return d, fmt.Errorf("node %d: /debug/digest: %s (a lockcluster without the debug endpoint?)", i, resp.Status)
-	}
-	return d, json.NewDecoder(resp.Body).Decode(&d)
+	return d, nil
 }

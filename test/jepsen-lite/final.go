@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/lockcluster/lockcluster"
+	"github.com/lockcluster/lockcluster/cmd/lockcluster/proccluster"
 )
 
 // The final phase runs after every client has stopped: it waits for the
@@ -107,7 +108,7 @@ func (rn *runner) digests(ctx context.Context) {
 	deadline := time.Now().Add(bound)
 	var last string
 	for time.Now().Before(deadline) {
-		ds := make([]nodeDigest, rn.c.Size())
+		ds := make([]proccluster.Digest, rn.c.Size())
 		var errs []string
 		for i := range ds {
 			d, err := digestOf(ctx, rn.c, i)
