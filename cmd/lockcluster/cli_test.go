@@ -90,7 +90,7 @@ func TestClusterCommands(t *testing.T) {
 	t.Run("leave removes a dead member", func(t *testing.T) {
 		victim := (pc.leader(5*time.Second) + 1) % 3
 		pc.kill(victim)
-		out, code := run(t, pc, "leave", pc.nodes[victim].id)
+		out, code := run(t, pc, "leave", pc.Nodes[victim].ID)
 		if code != 0 {
 			t.Fatalf("leave: exit %d: %s", code, out)
 		}
@@ -101,7 +101,7 @@ func TestClusterCommands(t *testing.T) {
 			t.Fatalf("after leave: %s", out)
 		}
 		// Leaving again, or a typo, is an error naming the members.
-		if out, code := run(t, pc, "leave", pc.nodes[victim].id); code == 0 || !strings.Contains(out, "not in the cluster") {
+		if out, code := run(t, pc, "leave", pc.Nodes[victim].ID); code == 0 || !strings.Contains(out, "not in the cluster") {
 			t.Fatalf("leave of a non-member: exit %d: %s", code, out)
 		}
 	})

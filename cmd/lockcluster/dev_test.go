@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"regexp"
@@ -15,29 +14,18 @@ import (
 	"time"
 
 	"github.com/lockcluster/lockcluster"
+	"github.com/lockcluster/lockcluster/cmd/lockcluster/proccluster"
 )
 
-// freeBase finds a base port whose dev ports (base+10i, +1, +2) are free.
+// freeBase finds a base port whose dev ports (base+10i, +1, +2 for three
+// nodes) are free and handed out to no other process (proccluster).
 func freeBase(t *testing.T) int {
 	t.Helper()
-	for base := 20000 + os.Getpid()%2000*10; base < 60000; base += 997 {
-		ok := true
-		for i := 0; i < 3 && ok; i++ {
-			for j := 0; j < 3 && ok; j++ {
-				l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(base+10*i+j))
-				if err != nil {
-					ok = false
-					break
-				}
-				l.Close()
-			}
-		}
-		if ok {
-			return base
-		}
+	base, err := proccluster.FreePorts("127.0.0.1", 23)
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Fatal("no free ports")
-	return 0
+	return base
 }
 
 // 'lockcluster dev' starts three processes, prints their addresses and

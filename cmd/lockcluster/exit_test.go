@@ -84,7 +84,7 @@ func TestActionableErrors(t *testing.T) {
 			Endpoint string
 			Serving  bool
 		}
-		if err := json.Unmarshal([]byte(out), &h); err != nil || !h.Serving || h.Endpoint != pc.nodes[0].grpc {
+		if err := json.Unmarshal([]byte(out), &h); err != nil || !h.Serving || h.Endpoint != pc.Nodes[0].GRPC {
 			t.Fatalf("%v: %s", err, out)
 		}
 		// Leave of a non-member fails, as one JSON object.

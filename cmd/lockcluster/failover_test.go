@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -132,8 +131,7 @@ func TestGracefulLeaderShutdown(t *testing.T) {
 		}
 	}()
 	leader := pc.leader(5 * time.Second)
-	pc.signal(pc.nodes[leader], syscall.SIGTERM)
-	pc.wait(pc.nodes[leader])
+	pc.terminate(leader)
 	pc.leader(5 * time.Second)
 	// Let the loop run on the new leader for a moment.
 	deadline := time.Now().Add(time.Second)
@@ -159,17 +157,19 @@ func TestPausedEndpointIsLeftBehind(t *testing.T) {
 	t0 := time.Now()
 	pc.directoryComplete(10 * time.Second) // so the follower can forward from the start
 	t.Logf("directory complete after %s", time.Since(t0))
-	addrs := append([]string{pc.nodes[paused].grpc}, pc.addrs()...)
+	addrs := append([]string{pc.Nodes[paused].GRPC}, pc.addrs()...)
 	c := dialT(t, addrs)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := c.Request(ctx, "p", lockcluster.Options{}, func(context.Context, *lockcluster.Lock) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
-	pc.signal(pc.nodes[paused], syscall.SIGSTOP)
-	defer pc.signal(pc.nodes[paused], syscall.SIGCONT)
+	if err := pc.Pause(paused); err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Resume(paused)
 	waitFor(t, 5*time.Second, "the node to stop", func() bool {
-		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pc.nodes[paused].cmd.Process.Pid))
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pc.PID(paused)))
 		f := strings.Fields(string(b))
 		return len(f) > 2 && f[2] == "T"
 	})

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -10,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/lockcluster/lockcluster/cmd/lockcluster/proccluster"
 )
 
 // Every node keeps a chained hash of every log entry it applied and serves
@@ -20,127 +21,47 @@ import (
 // ends, so every multi-node test here checks that its replicas never
 // diverged.
 
-// procDigest is the part of a node's /debug/digest answer compared here.
-type procDigest struct {
-	ID           string  `json:"id"`
-	AppliedIndex *uint64 `json:"applied_index"`
-	AppliedHash  string  `json:"applied_hash"`
-	Diverged     string  `json:"diverged"`
-	AtIndex      uint64  `json:"at_index"`
-	AtHash       string  `json:"at_hash"`
-	AtError      string  `json:"at_error"`
-}
-
-// digestClient reads /debug/digest over HTTP, or over HTTPS when the node
-// serves TLS; the server's certificate is not verified: these are the
-// test's own processes on loopback, asked for a debug value.
-var digestClient = &http.Client{Timeout: 2 * time.Second,
-	Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
-
-func getDigest(ctx context.Context, addr, query string) (procDigest, error) {
-	var d procDigest
-	var last error
-	for _, scheme := range []string{"http", "https"} {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, scheme+"://"+addr+"/debug/digest"+query, nil)
-		if err != nil {
-			return d, err
-		}
-		// With auth on, /debug/digest needs the admin credential: the
-		// clusters of these tests that have auth use adminToken; without
-		// auth the header is ignored.
-		req.Header.Set("Authorization", "Bearer "+adminToken)
-		resp, err := digestClient.Do(req)
-		if err != nil {
-			last = err
-			continue
-		}
-		err = fmt.Errorf("%s", resp.Status)
-		if resp.StatusCode == http.StatusOK {
-			err = json.NewDecoder(resp.Body).Decode(&d)
-		}
-		resp.Body.Close()
-		if err == nil {
-			return d, nil
-		}
-		last = err // a plain request to a TLS server is answered 400
-	}
-	return d, fmt.Errorf("GET %s/debug/digest%s: %v", addr, query, last)
-}
-
 // compareAppliedHashes compares the running hashes of the nodes at the
-// HTTP addresses given: it waits up to catchUp for every node to report
-// the same applied index, takes the smallest, and asks each node for its
-// hash there. It returns what differs, or a node that says it fenced
-// itself, or a node that does not report the running hash ("" if
-// nothing). A node that cannot be read (stopped, paused), or cannot give
-// its hash at the index (restored from a snapshot without one), is not
-// compared; the returned notes say so.
+// HTTP addresses given (proccluster.CompareAppliedHashes, waiting up to
+// catchUp for them to reach the same applied index; with auth on,
+// /debug/digest needs the admin credential: the clusters of these tests
+// that have auth use adminToken, and without auth it is ignored). It
+// returns what differs, or a node that says it fenced itself, or a node
+// that does not report the running hash ("" if nothing). A node that
+// cannot be read (stopped, paused), or cannot give its hash at the index
+// (restored from a snapshot without one), is not compared; the returned
+// notes say so.
 func compareAppliedHashes(addrs []string, catchUp time.Duration) (problem string, notes []string) {
 	ctx, cancel := context.WithTimeout(context.Background(), catchUp+10*time.Second)
 	defer cancel()
-	type node struct {
-		addr string
-		d    procDigest
-	}
-	var ns []node
-	var missing []string
-	deadline := time.Now().Add(catchUp)
-	for {
-		ns, notes, missing = ns[:0], notes[:0], missing[:0]
-		for _, a := range addrs {
-			d, err := getDigest(ctx, a, "")
-			switch {
-			case err != nil:
-				notes = append(notes, fmt.Sprintf("%s: %v", a, err))
-			case d.AppliedIndex == nil:
-				missing = append(missing, fmt.Sprintf("%s (%s) does not report applied_index: a lockcluster without the running hash", d.ID, a))
-			default:
-				ns = append(ns, node{a, d})
-			}
-		}
-		// The same index, and every chain known (a young cluster's leader
-		// proposes the anchor entry that starts them after its election).
-		same := true
-		for _, n := range ns {
-			same = same && *n.d.AppliedIndex == *ns[0].d.AppliedIndex && n.d.AppliedHash != ""
-		}
-		if same || !time.Now().Before(deadline) {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	problems := missing
-	for _, n := range ns {
-		if n.d.Diverged != "" {
-			problems = append(problems, fmt.Sprintf("%s fenced itself: %s", n.d.ID, n.d.Diverged))
-		}
-	}
-	if len(ns) < 2 {
-		return strings.Join(problems, "; "), notes
-	}
-	at := *ns[0].d.AppliedIndex
-	for _, n := range ns {
-		at = min(at, *n.d.AppliedIndex)
-	}
-	var parts []string
-	hashes := map[string]bool{}
-	for _, n := range ns {
-		d, err := getDigest(ctx, n.addr, fmt.Sprintf("?at=%d", at))
+	h := proccluster.CompareAppliedHashes(ctx, addrs, adminToken, catchUp, 20*time.Millisecond)
+	var problems []string
+	hashed := 0
+	for _, n := range h.Nodes {
 		switch {
-		case err != nil:
-			notes = append(notes, fmt.Sprintf("%s: %v", n.addr, err))
-		case d.AtHash == "" || d.AtIndex != at:
-			notes = append(notes, fmt.Sprintf("%s has no hash at index %d: %s", d.ID, at, d.AtError))
+		case n.Err != nil:
+			notes = append(notes, fmt.Sprintf("%s: %v", n.Addr, n.Err))
+			continue
+		case !n.Reports():
+			problems = append(problems, fmt.Sprintf("%s (%s) does not report applied_index: a lockcluster without the running hash", n.Last.ID, n.Addr))
+			continue
+		case n.Last.Diverged != "":
+			problems = append(problems, fmt.Sprintf("%s fenced itself: %s", n.Last.ID, n.Last.Diverged))
+		}
+		switch {
+		case n.AtErr != nil:
+			notes = append(notes, fmt.Sprintf("%s: %v", n.Addr, n.AtErr))
+		case !n.Hashed(h.At):
+			notes = append(notes, fmt.Sprintf("%s has no hash at index %d: %s", n.Last.ID, h.At, n.At.AtError))
 		default:
-			hashes[d.AtHash] = true
-			parts = append(parts, fmt.Sprintf("%s %.12s", d.ID, d.AtHash))
+			hashed++
 		}
 	}
-	if len(hashes) > 1 {
+	if h.Differ() {
 		problems = append([]string{fmt.Sprintf("the nodes applied different entries: their hashes through index %d differ: %s",
-			at, strings.Join(parts, ", "))}, problems...)
-	} else {
-		notes = append(notes, fmt.Sprintf("compared at index %d: %s", at, strings.Join(parts, ", ")))
+			h.At, h.Hashes(", "))}, problems...)
+	} else if hashed > 0 {
+		notes = append(notes, fmt.Sprintf("compared at index %d: %s", h.At, h.Hashes(", ")))
 	}
 	return strings.Join(problems, "; "), notes
 }

@@ -29,8 +29,13 @@ func (s *syncBuffer) Write(p []byte) (int, error) {
 func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
 
 func lockCmd(pc *procCluster, args ...string) (*exec.Cmd, *syncBuffer, *syncBuffer) {
-	cmd := exec.Command(pc.bin, append([]string{"lock"}, args...)...)
-	cmd.Env = append(os.Environ(), "LOCKCLUSTER_ADDR="+strings.Join(pc.addrs(), ","))
+	return lockCmdAt(pc.bin, pc.addrs(), args...)
+}
+
+// lockCmdAt is 'bin lock args...' with LOCKCLUSTER_ADDR set to addrs.
+func lockCmdAt(bin string, addrs []string, args ...string) (*exec.Cmd, *syncBuffer, *syncBuffer) {
+	cmd := exec.Command(bin, append([]string{"lock"}, args...)...)
+	cmd.Env = append(os.Environ(), "LOCKCLUSTER_ADDR="+strings.Join(addrs, ","))
 	var out, errb syncBuffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	return cmd, &out, &errb

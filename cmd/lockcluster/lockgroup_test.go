@@ -205,8 +205,7 @@ func TestLockDeadline(t *testing.T) {
 	t.Run("an unreachable cluster fails with 69 before --timeout", func(t *testing.T) {
 		addr := freePort(t) // nothing listens there
 		start := time.Now()
-		pc := &procCluster{t: t, bin: binary(t), nodes: []*proc{{grpc: addr}}}
-		cmd, _, errb := lockCmd(pc, "x", "--timeout", "60s", "--request-timeout", "60s", "--", "true")
+		cmd, _, errb := lockCmdAt(binary(t), []string{addr}, "x", "--timeout", "60s", "--request-timeout", "60s", "--", "true")
 		if code := exitCode(cmd.Run()); code != exitUnavailable || !strings.Contains(errb.String(), addr) {
 			t.Fatalf("exit %d (want %d); stderr %s", code, exitUnavailable, errb)
 		}

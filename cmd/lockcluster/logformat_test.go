@@ -10,10 +10,10 @@ import (
 
 func TestServeLogFormat(t *testing.T) {
 	pc := startProcsWith(t, 1, func(string) []string { return []string{"--log-format", "json", "--log-level", "debug"} }, nil)
-	p := pc.nodes[0]
+	p := pc.Nodes[0]
 	var lines []string
 	waitFor(t, 10*time.Second, "the node's start in its log", func() bool {
-		b, _ := os.ReadFile(p.log)
+		b, _ := os.ReadFile(p.Log)
 		lines = strings.Split(strings.TrimSpace(string(b)), "\n")
 		return strings.Contains(string(b), `"serving"`)
 	})

@@ -6,14 +6,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/lockcluster/lockcluster"
-	"github.com/lockcluster/lockcluster/test/ports"
+	"github.com/lockcluster/lockcluster/cmd/lockcluster/proccluster"
 )
 
 // These tests run the real binary: a cluster of 'lockcluster serve'
@@ -46,30 +45,23 @@ func binary(t *testing.T) string {
 	return binPath
 }
 
-// freePort picks a free port for a node process; this package's tests take
-// them from 20000-25999 (see ports.Free).
+// freePort picks a free port for a node process (proccluster.FreeAddr).
 func freePort(t *testing.T) string {
 	t.Helper()
-	addr, err := ports.Free(20000, 26000)
+	addr, err := proccluster.FreeAddr("127.0.0.1")
 	if err != nil {
 		t.Fatal(err)
 	}
 	return addr
 }
 
-type proc struct {
-	id, grpc, raft, http string
-	args                 []string
-	cmd                  *exec.Cmd
-	log                  string
-	done                 chan struct{}
-}
-
+// procCluster is a proccluster.Cluster of this test's, whose helpers fail
+// the test instead of returning errors.
 type procCluster struct {
-	t     *testing.T
-	bin   string
-	nodes []*proc
-	opts  []lockcluster.Option // what an admin client needs (TLS, token)
+	*proccluster.Cluster
+	t    *testing.T
+	bin  string
+	opts []lockcluster.Option // what an admin client needs (TLS, token)
 }
 
 func startProcs(t *testing.T, n int) *procCluster {
@@ -78,146 +70,87 @@ func startProcs(t *testing.T, n int) *procCluster {
 }
 
 // startProcsWith starts n nodes with extra serve arguments per node, and
-// waits for a leader with the given client options.
+// waits for a leader with the given client options. When the test ends it
+// checks that the running replicas never diverged (hashcheck_test.go),
+// stops the nodes, and logs their logs if the test failed.
 func startProcsWith(t *testing.T, n int, extra func(id string) []string, opts []lockcluster.Option) *procCluster {
 	t.Helper()
-	pc := &procCluster{t: t, bin: binary(t), opts: opts}
-	dir := t.TempDir()
-	var peers []string
-	for i := 0; i < n; i++ {
-		p := &proc{id: fmt.Sprintf("node%d", i), grpc: freePort(t), raft: freePort(t), http: freePort(t)}
-		p.log = filepath.Join(dir, p.id+".log")
-		pc.nodes = append(pc.nodes, p)
-		peers = append(peers, p.id+"="+p.raft)
+	cfg := proccluster.Config{Bin: binary(t), Nodes: n, Dir: t.TempDir(), Keep: true, Admin: opts}
+	if extra != nil {
+		cfg.Extra = func(c *proccluster.Cluster, i int) []string { return extra(c.Nodes[i].ID) }
 	}
-	for _, p := range pc.nodes {
-		p.args = []string{"serve", "--id", p.id, "--data-dir", filepath.Join(dir, p.id), "--grpc-addr", p.grpc,
-			"--raft-addr", p.raft, "--http-addr", p.http, "--bootstrap", strings.Join(peers, ",")}
-		if extra != nil {
-			p.args = append(p.args, extra(p.id)...)
-		}
-		pc.start(p)
+	c, err := proccluster.New(cfg)
+	if err != nil {
+		t.Fatal(err)
 	}
+	pc := &procCluster{Cluster: c, t: t, bin: cfg.Bin, opts: opts}
 	t.Cleanup(func() {
-		var running []string
-		for _, p := range pc.nodes {
-			select {
-			case <-p.done:
-			default:
-				running = append(running, p.http)
-			}
-		}
-		checkAppliedHashes(t, running) // hashcheck_test.go: the replicas never diverged
-		for _, p := range pc.nodes {
-			pc.signal(p, syscall.SIGTERM)
-		}
-		for _, p := range pc.nodes {
-			pc.wait(p)
-		}
+		checkAppliedHashes(t, pc.RunningHTTP())
+		pc.Stop()
 		if t.Failed() {
-			for _, p := range pc.nodes {
-				b, _ := os.ReadFile(p.log)
-				t.Logf("--- %s log:\n%s", p.id, b)
+			for _, p := range pc.Nodes {
+				b, _ := os.ReadFile(p.Log)
+				t.Logf("--- %s log:\n%s", p.ID, b)
 			}
 		}
 	})
+	if err := c.StartAll(); err != nil {
+		t.Fatal(err)
+	}
 	pc.leader(15 * time.Second)
-	for _, p := range pc.nodes {
-		select {
-		case <-p.done:
-			b, _ := os.ReadFile(p.log)
-			t.Fatalf("%s exited at start:\n%s", p.id, b)
-		default:
+	for i, p := range pc.Nodes {
+		if !pc.Running(i) {
+			b, _ := os.ReadFile(p.Log)
+			t.Fatalf("%s exited at start:\n%s", p.ID, b)
 		}
 	}
 	return pc
 }
 
-func (pc *procCluster) start(p *proc) {
+// start starts node i again on its data directory.
+func (pc *procCluster) start(i int) {
 	pc.t.Helper()
-	f, err := os.OpenFile(p.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
+	if err := pc.Start(i); err != nil {
 		pc.t.Fatal(err)
-	}
-	p.cmd = exec.Command(pc.bin, p.args...)
-	p.cmd.Stdout, p.cmd.Stderr = f, f
-	p.cmd.Env = append(os.Environ(), "NO_COLOR=1")
-	if err := p.cmd.Start(); err != nil {
-		pc.t.Fatal(err)
-	}
-	p.done = make(chan struct{})
-	go func(cmd *exec.Cmd, done chan struct{}) { cmd.Wait(); f.Close(); close(done) }(p.cmd, p.done)
-}
-
-func (pc *procCluster) signal(p *proc, s syscall.Signal) {
-	if p.cmd != nil && p.cmd.Process != nil {
-		p.cmd.Process.Signal(s)
 	}
 }
 
-func (pc *procCluster) wait(p *proc) {
-	if p.done == nil {
-		return
+// kill SIGKILLs node i and waits for it to be gone.
+func (pc *procCluster) kill(i int) {
+	pc.t.Helper()
+	if err := pc.Kill(i); err != nil {
+		pc.t.Fatal(err)
 	}
-	select {
-	case <-p.done:
-	case <-time.After(20 * time.Second):
-		p.cmd.Process.Kill()
-		<-p.done
+}
+
+// terminate stops node i with SIGTERM and waits for it to be gone.
+func (pc *procCluster) terminate(i int) {
+	pc.t.Helper()
+	if err := pc.Terminate(i); err != nil {
+		pc.t.Fatal(err)
 	}
 }
 
 // restartAll sends sig to every node, waits for all of them to be gone,
 // and starts them again on their data directories.
 func (pc *procCluster) restartAll(sig syscall.Signal) {
-	for _, p := range pc.nodes {
-		pc.signal(p, sig)
-	}
-	for _, p := range pc.nodes {
-		pc.wait(p)
-	}
-	for _, p := range pc.nodes {
-		pc.start(p)
+	pc.t.Helper()
+	if err := pc.RestartAll(sig); err != nil {
+		pc.t.Fatal(err)
 	}
 }
 
-// kill SIGKILLs node i and waits for it to be gone.
-func (pc *procCluster) kill(i int) {
-	pc.signal(pc.nodes[i], syscall.SIGKILL)
-	pc.wait(pc.nodes[i])
-}
+func (pc *procCluster) addrs() []string { return pc.Addrs() }
 
-func (pc *procCluster) addrs() []string {
-	var out []string
-	for _, p := range pc.nodes {
-		out = append(out, p.grpc)
-	}
-	return out
-}
-
-// leader waits until a running node reports itself leader and returns its
-// index.
+// leader waits up to d for a running node that reports itself leader and
+// returns its index.
 func (pc *procCluster) leader(d time.Duration) int {
 	pc.t.Helper()
-	a, err := lockcluster.DialAdmin(pc.addrs(), pc.opts...)
+	i, err := pc.Leader(context.Background(), d)
 	if err != nil {
 		pc.t.Fatal(err)
 	}
-	defer a.Close()
-	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		sts := a.Status(ctx)
-		cancel()
-		for i, st := range sts {
-			if st.Err == "" && st.State == "Leader" {
-				return i
-			}
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	pc.t.Fatalf("no leader within %s", d)
-	return -1
+	return i
 }
 
 // waitFor polls cond until it holds or d passes.
@@ -261,7 +194,7 @@ func (pc *procCluster) directoryComplete(d time.Duration) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		ms, err := a.Members(ctx)
-		if err != nil || len(ms) != len(pc.nodes) {
+		if err != nil || len(ms) != len(pc.Nodes) {
 			return false
 		}
 		for _, m := range ms {

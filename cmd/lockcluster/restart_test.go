@@ -81,7 +81,7 @@ func TestRetryAcrossFailoverNeverQueuesTwice(t *testing.T) {
 	}
 	leader := pc.leader(5 * time.Second)
 	conn := func(i int) pb.LocksClient {
-		cc, err := grpc.NewClient(pc.nodes[i].grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		cc, err := grpc.NewClient(pc.Nodes[i].GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {
 			t.Fatal(err)
 		}

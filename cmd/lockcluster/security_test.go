@@ -70,7 +70,7 @@ func TestTLSAndNamespaceAuth(t *testing.T) {
 
 	// Talk to a follower first, so that writes are forwarded.
 	leader := pc.leader(5 * time.Second)
-	addrs := append([]string{pc.nodes[(leader+1)%3].grpc}, pc.addrs()...)
+	addrs := append([]string{pc.Nodes[(leader+1)%3].GRPC}, pc.addrs()...)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	a := dialT(t, addrs, tlsOpt(""), lockcluster.WithToken(tokenA), lockcluster.WithNamespace("a"))
@@ -139,7 +139,7 @@ func TestTLSAndNamespaceAuth(t *testing.T) {
 	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: caCfg}, Timeout: 5 * time.Second}
 	for _, path := range []string{"/metrics", "/", "/api/state"} {
 		get := func(token string) int {
-			req, _ := http.NewRequest("GET", "https://"+pc.nodes[0].http+path, nil)
+			req, _ := http.NewRequest("GET", "https://"+pc.Nodes[0].HTTP+path, nil)
 			if token != "" {
 				req.Header.Set("Authorization", "Bearer "+token)
 			}
@@ -161,11 +161,11 @@ func TestTLSAndNamespaceAuth(t *testing.T) {
 		}
 	}
 	// Tokens never reach the logs.
-	for _, p := range pc.nodes {
-		b, _ := os.ReadFile(p.log)
+	for _, p := range pc.Nodes {
+		b, _ := os.ReadFile(p.Log)
 		for _, tok := range []string{adminToken, tokenA, tokenB} {
 			if strings.Contains(string(b), tok) {
-				t.Fatalf("%s's log contains a token", p.id)
+				t.Fatalf("%s's log contains a token", p.ID)
 			}
 		}
 	}

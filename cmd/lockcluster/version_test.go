@@ -71,7 +71,7 @@ func TestVersion(t *testing.T) {
 	})
 
 	t.Run("lockcluster_build_info", func(t *testing.T) {
-		resp, err := http.Get("http://" + pc.nodes[0].http + "/metrics")
+		resp, err := http.Get("http://" + pc.Nodes[0].HTTP + "/metrics")
 		if err != nil {
 			t.Fatal(err)
 		}

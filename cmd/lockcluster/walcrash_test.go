@@ -59,7 +59,7 @@ func TestKillLeaderUnderLoadThenWholeCluster(t *testing.T) {
 		waitFor(t, 30*time.Second, fmt.Sprintf("round %d: a new leader and progress without node %d", round, leader), func() bool {
 			return progress() >= before+40
 		})
-		pc.start(pc.nodes[leader])
+		pc.start(leader)
 		waitFor(t, 30*time.Second, fmt.Sprintf("round %d: node %d back", round, leader), func() bool {
 			a, err := lockcluster.DialAdmin(pc.addrs())
 			if err != nil {
@@ -82,11 +82,9 @@ func TestKillLeaderUnderLoadThenWholeCluster(t *testing.T) {
 	}
 	pc.restartAll(syscall.SIGKILL)
 	pc.leader(30 * time.Second)
-	for _, p := range pc.nodes {
-		select {
-		case <-p.done:
-			t.Fatalf("%s did not come back after kill -9 of the whole cluster (see its log)", p.id)
-		default:
+	for i, p := range pc.Nodes {
+		if !pc.Running(i) {
+			t.Fatalf("%s did not come back after kill -9 of the whole cluster (see its log)", p.ID)
 		}
 	}
 	q, err := probe.Query(ctx)
