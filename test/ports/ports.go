@@ -1,5 +1,8 @@
-// Package ports picks ports for the node processes tests start: free ones
-// below the kernel's ephemeral range, a range per package.
+// Package ports picks free host ports in a range for the Docker test
+// (test/composetest), which publishes its containers' ports there. Node
+// processes started on this machine get their ports from
+// cmd/lockcluster/proccluster instead, which keeps processes from handing
+// out the same port.
 package ports
 
 import (
@@ -9,11 +12,10 @@ import (
 	"sync"
 )
 
-// FreePort returns a free loopback address with a port in [lo, hi). Pick a
-// range below the kernel's ephemeral range (32768 and up on Linux): there,
-// neither outgoing connections nor other tests' ":0" listeners take ports,
-// so the port stays free until a node started as a separate process binds
-// it. Give each package that starts processes a range of its own.
+// Free returns a free loopback address with a port in [lo, hi), a range
+// below the kernel's ephemeral one (32768 and up on Linux) and outside
+// proccluster's (20000-32767): there neither outgoing connections nor ":0"
+// listeners take ports, so the port stays free until Docker binds it.
 func Free(lo, hi int) (string, error) {
 	portMu.Lock()
 	defer portMu.Unlock()
