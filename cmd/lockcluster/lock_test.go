@@ -122,9 +122,9 @@ func TestLockCommand(t *testing.T) {
 			if code := exitCode(err); code != exitLost {
 				t.Fatalf("exit %d, want %d; stderr %s", code, exitLost, errb)
 			}
-		case <-time.After(10 * time.Second):
+		case <-ctx.Done():
 			cmd.Process.Kill()
-			t.Fatal("the command was not stopped after its lock was stolen")
+			t.Fatal("the command was not stopped after its lock was stolen, before the test's deadline")
 		}
 		if !strings.Contains(out.String(), "got-TERM") || !strings.Contains(errb.String(), "stolen") {
 			t.Fatalf("stdout %q, stderr %q", out, errb)

@@ -204,13 +204,11 @@ while :; do wait; done`
 func TestLockDeadline(t *testing.T) {
 	t.Run("an unreachable cluster fails with 69 before --timeout", func(t *testing.T) {
 		addr := freePort(t) // nothing listens there
-		start := time.Now()
+		// 69 (unavailable), not 73 (timeout), says it gave up before
+		// --timeout, which also bounds the run.
 		cmd, _, errb := lockCmdAt(binary(t), []string{addr}, "x", "--timeout", "60s", "--request-timeout", "60s", "--", "true")
 		if code := exitCode(cmd.Run()); code != exitUnavailable || !strings.Contains(errb.String(), addr) {
 			t.Fatalf("exit %d (want %d); stderr %s", code, exitUnavailable, errb)
-		}
-		if d := time.Since(start); d > 20*time.Second {
-			t.Fatalf("took %s", d)
 		}
 	})
 
@@ -224,8 +222,12 @@ func TestLockDeadline(t *testing.T) {
 		if code := exitCode(cmd.Run()); code != exitTimeout {
 			t.Fatalf("exit %d (want %d); stderr %s", code, exitTimeout, errb)
 		}
+		// Not a performance number: --timeout is the command's contract
+		// (issue 13: "--timeout 3s exits 73 within about 3 s"), so a run
+		// far past it, here 20s for 3s, breaks the contract however
+		// slow the machine.
 		if d := time.Since(start); d > 20*time.Second {
-			t.Fatalf("took %s", d)
+			t.Fatalf("--timeout 3s exited after %s", d)
 		}
 	})
 }

@@ -115,14 +115,17 @@ func TestChurnOpensSessions(t *testing.T) {
 }
 
 func TestRunStopsAtMaxOps(t *testing.T) {
+	// The window is a minute; the test's deadline, half that, only stops
+	// a run that hangs. Stopping before either shows MaxOps ended it.
 	cfg := Config{Workload: Uncontended, Workers: 2, Duration: time.Minute, MaxOps: 50}
-	start := time.Now()
-	r, err := Run(context.Background(), &memDriver{}, cfg)
-	if err != nil {
-		t.Fatal(err)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	r, err := Run(ctx, &memDriver{}, cfg)
+	if err != nil || ctx.Err() != nil {
+		t.Fatalf("the run did not stop at MaxOps before the test's deadline: %v", err)
 	}
-	if time.Since(start) > 10*time.Second || r.Pairs < 50 {
-		t.Errorf("stopped after %s with %d pairs", time.Since(start), r.Pairs)
+	if r.Pairs < 50 || r.DurationS >= cfg.Duration.Seconds() {
+		t.Errorf("stopped with %d pairs after a window of %.3fs, want >= 50 pairs before the %s window ended", r.Pairs, r.DurationS, cfg.Duration)
 	}
 }
 
