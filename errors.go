@@ -88,7 +88,7 @@ func (e *Error) Is(target error) bool {
 		return target == ErrSessionClosed
 	case pb.ErrorReason_LIMIT:
 		return target == ErrLimit
-	case pb.ErrorReason_NOT_LEADER, pb.ErrorReason_OUTCOME_UNKNOWN, pb.ErrorReason_SHUTTING_DOWN:
+	case pb.ErrorReason_NOT_LEADER, pb.ErrorReason_OUTCOME_UNKNOWN, pb.ErrorReason_SHUTTING_DOWN, pb.ErrorReason_NOT_READY, pb.ErrorReason_REPLICA_DIVERGED:
 		return target == ErrUnavailable
 	}
 	switch e.Code {

@@ -6,10 +6,9 @@ import (
 	"strings"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	pb "github.com/lockcluster/lockcluster/api/lockclusterv1"
+	"github.com/lockcluster/lockcluster/api/rpcerr"
 )
 
 // namespaced is every request message that names a namespace.
@@ -26,16 +25,16 @@ func (a *Authorizer) check(ctx context.Context, method string, req any) error {
 	}
 	c := CallerOf(ctx)
 	if c.anonymous() {
-		return status.Error(codes.Unauthenticated, "lockcluster requires credentials: a bearer token (LOCKCLUSTER_TOKEN) or a client certificate")
+		return rpcerr.Unauthenticated("lockcluster requires credentials: a bearer token (LOCKCLUSTER_TOKEN) or a client certificate")
 	}
 	if n, ok := req.(namespaced); ok {
 		if !a.namespace(c, n.GetNamespace()) {
-			return status.Error(codes.PermissionDenied, "the credentials do not grant namespace "+strconv.Quote(n.GetNamespace()))
+			return rpcerr.PermissionDenied("the credentials do not grant namespace " + strconv.Quote(n.GetNamespace()))
 		}
 		return nil
 	}
 	if !a.Admin(c) {
-		return status.Error(codes.PermissionDenied, "cluster operations need an admin credential")
+		return rpcerr.PermissionDenied("cluster operations need an admin credential")
 	}
 	return nil
 }
@@ -81,7 +80,7 @@ func (c *checked) RecvMsg(m any) error {
 	if up, ok := m.(*pb.SessionUp); ok {
 		req = up.GetAttach()
 		if up.GetAttach() == nil {
-			return status.Error(codes.InvalidArgument, "the first message of a session stream must be an attach")
+			return rpcerr.Invalid("the first message of a session stream must be an attach")
 		}
 	}
 	return c.a.check(c.Context(), c.method, req)

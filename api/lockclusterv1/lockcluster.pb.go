@@ -239,6 +239,10 @@ const (
 	ErrorReason_REPLICA_DIVERGED ErrorReason = 10
 	// NotFound: leave named a server that is not a member.
 	ErrorReason_NOT_MEMBER ErrorReason = 11
+	// Unavailable: this node cannot serve the call yet (it is starting, or it
+	// has not applied the index the client has already seen). Safe to retry
+	// on another node.
+	ErrorReason_NOT_READY ErrorReason = 12
 )
 
 // Enum value maps for ErrorReason.
@@ -256,6 +260,7 @@ var (
 		9:  "SHUTTING_DOWN",
 		10: "REPLICA_DIVERGED",
 		11: "NOT_MEMBER",
+		12: "NOT_READY",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED": 0,
@@ -270,6 +275,7 @@ var (
 		"SHUTTING_DOWN":            9,
 		"REPLICA_DIVERGED":         10,
 		"NOT_MEMBER":               11,
+		"NOT_READY":                12,
 	}
 )
 
@@ -2822,7 +2828,7 @@ const file_lockcluster_proto_rawDesc = "" +
 	"\rCAUSE_ABORTED\x10\x01\x12\x10\n" +
 	"\fCAUSE_STOLEN\x10\x02\x12\x18\n" +
 	"\x14CAUSE_SESSION_CLOSED\x10\x03\x12\x19\n" +
-	"\x15CAUSE_SESSION_EXPIRED\x10\x04*\xe5\x01\n" +
+	"\x15CAUSE_SESSION_EXPIRED\x10\x04*\xf4\x01\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rNOT_SUPPORTED\x10\x01\x12\v\n" +
@@ -2839,7 +2845,8 @@ const file_lockcluster_proto_rawDesc = "" +
 	"\x10REPLICA_DIVERGED\x10\n" +
 	"\x12\x0e\n" +
 	"\n" +
-	"NOT_MEMBER\x10\v2\x9f\x04\n" +
+	"NOT_MEMBER\x10\v\x12\r\n" +
+	"\tNOT_READY\x10\f2\x9f\x04\n" +
 	"\x05Locks\x12V\n" +
 	"\vOpenSession\x12\".lockcluster.v1.OpenSessionRequest\x1a#.lockcluster.v1.OpenSessionResponse\x12Y\n" +
 	"\fCloseSession\x12#.lockcluster.v1.CloseSessionRequest\x1a$.lockcluster.v1.CloseSessionResponse\x12E\n" +

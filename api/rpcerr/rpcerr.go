@@ -1,4 +1,14 @@
-package server
+// Package rpcerr is the one table from lockcluster's errors to gRPC
+// statuses (SPEC §9): every error a node answers with goes through it, so
+// every status carries a google.rpc.ErrorInfo whose reason is a
+// lockclusterv1.ErrorReason name and whose metadata names the Web Locks
+// error. fsm codes, raftnode's sentinels and the node's own conditions
+// (starting, behind the client, a stream cut, refused credentials) are
+// mapped here and nowhere else.
+//
+// It is implementation, with no compatibility promise; the contract is the
+// wire (api/lockclusterv1).
+package rpcerr
 
 import (
 	"context"
@@ -13,8 +23,8 @@ import (
 	"github.com/lockcluster/lockcluster/raftnode"
 )
 
-// ErrorDomain is the ErrorInfo domain of every error of this service.
-const ErrorDomain = "lockcluster.v1"
+// Domain is the ErrorInfo domain of every error of this service.
+const Domain = "lockcluster.v1"
 
 // The one table from the project's errors to gRPC (SPEC §9).
 var fsmCodes = map[fsm.Code]struct {
@@ -29,22 +39,24 @@ var fsmCodes = map[fsm.Code]struct {
 	fsm.CodePermission:    {codes.PermissionDenied, pb.ErrorReason_PERMISSION, "SecurityError"},
 }
 
-func withInfo(code codes.Code, reason pb.ErrorReason, name, msg string, meta map[string]string) error {
+// New is a status of code with an ErrorInfo of reason, the Web Locks
+// error name and extra metadata.
+func New(code codes.Code, reason pb.ErrorReason, name, msg string, meta map[string]string) error {
 	st := status.New(code, msg)
 	md := map[string]string{"name": name}
 	for k, v := range meta {
 		md[k] = v
 	}
-	if d, err := st.WithDetails(&errdetails.ErrorInfo{Reason: reason.String(), Domain: ErrorDomain, Metadata: md}); err == nil {
+	if d, err := st.WithDetails(&errdetails.ErrorInfo{Reason: reason.String(), Domain: Domain, Metadata: md}); err == nil {
 		st = d
 	}
 	return st.Err()
 }
 
-// toStatus maps any error of this node to a gRPC status error. A status
-// error (for example one returned by the leader we forwarded to) passes
-// through unchanged.
-func toStatus(err error) error {
+// Status maps any error of this node to a gRPC status error. A status
+// error (for example one returned by the leader a call was forwarded to)
+// passes through unchanged.
+func Status(err error) error {
 	if err == nil {
 		return nil
 	}
@@ -54,21 +66,23 @@ func toStatus(err error) error {
 	var fe *fsm.Error
 	if errors.As(err, &fe) {
 		if m, ok := fsmCodes[fe.Code]; ok {
-			return withInfo(m.code, m.reason, m.name, fe.Msg, nil)
+			return New(m.code, m.reason, m.name, fe.Msg, nil)
 		}
 	}
 	var nl *raftnode.NotLeaderError
 	switch {
 	case errors.As(err, &nl):
-		return withInfo(codes.Unavailable, pb.ErrorReason_NOT_LEADER, "NotLeader", "this node is not the leader and could not forward: "+err.Error(), map[string]string{"leader": nl.LeaderAddr})
+		return New(codes.Unavailable, pb.ErrorReason_NOT_LEADER, "NotLeader", "this node is not the leader and could not forward: "+err.Error(), map[string]string{"leader": nl.LeaderAddr})
 	case errors.Is(err, raftnode.ErrNotMember):
-		return withInfo(codes.NotFound, pb.ErrorReason_NOT_MEMBER, "NotFoundError", err.Error(), nil)
+		return New(codes.NotFound, pb.ErrorReason_NOT_MEMBER, "NotFoundError", err.Error(), nil)
 	case errors.Is(err, raftnode.ErrDiverged):
-		return withInfo(codes.Unavailable, pb.ErrorReason_REPLICA_DIVERGED, "ReplicaDiverged", err.Error(), nil)
+		return New(codes.Unavailable, pb.ErrorReason_REPLICA_DIVERGED, "ReplicaDiverged", err.Error(), nil)
+	case errors.Is(err, ErrNotReady):
+		return New(codes.Unavailable, pb.ErrorReason_NOT_READY, "NotReady", err.Error()+": try another node", nil)
 	case errors.Is(err, raftnode.ErrShutdown):
-		return withInfo(codes.Unavailable, pb.ErrorReason_SHUTTING_DOWN, "ShuttingDown", err.Error(), nil)
+		return New(codes.Unavailable, pb.ErrorReason_SHUTTING_DOWN, "ShuttingDown", err.Error(), nil)
 	case errors.Is(err, raftnode.ErrOutcomeUnknown), errors.Is(err, raftnode.ErrNotApplied):
-		return withInfo(codes.Unavailable, pb.ErrorReason_OUTCOME_UNKNOWN, "OutcomeUnknown", err.Error()+" (retry with the same request id)", nil)
+		return New(codes.Unavailable, pb.ErrorReason_OUTCOME_UNKNOWN, "OutcomeUnknown", err.Error()+" (retry with the same request id)", nil)
 	case errors.Is(err, context.DeadlineExceeded):
 		return status.Error(codes.DeadlineExceeded, err.Error())
 	case errors.Is(err, context.Canceled):
@@ -77,16 +91,42 @@ func toStatus(err error) error {
 	return status.Error(codes.Internal, err.Error())
 }
 
-// invalid is a TypeError about an RPC's own fields.
-func invalid(msg string) error {
-	return withInfo(codes.InvalidArgument, pb.ErrorReason_INVALID, "TypeError", msg, nil)
+// Invalid is a TypeError about an RPC's own fields.
+func Invalid(msg string) error {
+	return New(codes.InvalidArgument, pb.ErrorReason_INVALID, "TypeError", msg, nil)
 }
 
-// invalidField is a TypeError about one field of an RPC's message, named in
+// InvalidField is a TypeError about one field of an RPC's message, named in
 // the ErrorInfo's metadata ("field") when field is not "".
-func invalidField(field, msg string) error {
+func InvalidField(field, msg string) error {
 	if field == "" {
-		return invalid(msg)
+		return Invalid(msg)
 	}
-	return withInfo(codes.InvalidArgument, pb.ErrorReason_INVALID, "TypeError", msg, map[string]string{"field": field})
+	return New(codes.InvalidArgument, pb.ErrorReason_INVALID, "TypeError", msg, map[string]string{"field": field})
+}
+
+// ErrNotReady: this node cannot serve the call yet; it is starting, or it
+// has not applied what the client has already seen. Wrap it to say which.
+var ErrNotReady = errors.New("this node is not ready")
+
+// StreamBehind cuts a session stream whose backlog outgrew its cap: the
+// client reconnects and resynchronises.
+func StreamBehind(msg string) error {
+	return New(codes.ResourceExhausted, pb.ErrorReason_LIMIT, "QuotaExceededError", msg, nil)
+}
+
+// NoLeader ends a session stream on a node that knows no leader to renew
+// the session through: the client moves to another node.
+func NoLeader(msg string) error {
+	return New(codes.Unavailable, pb.ErrorReason_NOT_LEADER, "NotLeader", msg, nil)
+}
+
+// Unauthenticated refuses a call that carries no credential.
+func Unauthenticated(msg string) error {
+	return New(codes.Unauthenticated, pb.ErrorReason_PERMISSION, "SecurityError", msg, nil)
+}
+
+// PermissionDenied refuses a credential that does not grant the call.
+func PermissionDenied(msg string) error {
+	return New(codes.PermissionDenied, pb.ErrorReason_PERMISSION, "SecurityError", msg, nil)
 }

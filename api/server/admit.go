@@ -67,7 +67,7 @@ func (s *Server) checkSecret(ctx context.Context, id uint64, ns string, secret [
 	}
 	// Not known here: this node may be behind the caller. Catch up with
 	// everything committed (a read barrier on the leader), then decide.
-	node := s.node.Load()
+	node := s.replica()
 	if node == nil {
 		return toStatus(raftnode.ErrShutdown)
 	}
@@ -107,7 +107,7 @@ func (s *Server) admit(ctx context.Context, cmd fsm.Command, secret []byte) erro
 		return toStatus(&fsm.Error{Code: fsm.CodeLimit,
 			Msg: fmt.Sprintf("session %d is over the request rate limit of %g per second (burst %g): slow down", id, s.rate.rate, s.rate.burst)})
 	}
-	if node := s.node.Load(); node != nil && node.IsLeader() {
+	if node := s.replica(); node != nil && node.IsLeader() {
 		ns := namespaceOf(cmd)
 		if !s.nsRate.allow(ns, s.cfg.Now()) {
 			return toStatus(&fsm.Error{Code: fsm.CodeLimit,
@@ -234,7 +234,7 @@ func (s *Server) proposeOnce(ctx context.Context, cmd fsm.Command) (fsm.Applied,
 	// A retry of a request the leader has applied is answered from its
 	// state, as Apply would answer the copy.
 	if r, isReq := cmd.(*fsm.Request); isReq {
-		if node := s.node.Load(); node != nil && node.IsLeader() {
+		if node := s.replica(); node != nil && node.IsLeader() {
 			if res, known := s.m.Outcome(r.Session, r.Namespace, r.RequestID); known {
 				return fsm.Applied{Result: res}, s.m.LastIndex(), nil
 			}

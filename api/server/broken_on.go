@@ -16,7 +16,7 @@ import (
 // against such a build to show that its checkers catch the violations.
 // Never ship a binary built with this tag.
 func (s *Server) brokenGrant(req *pb.LockRequest) (*pb.LockResponse, bool) {
-	node := s.node.Load()
+	node := s.replica()
 	if node == nil || node.IsLeader() || req.Mode != pb.Mode_MODE_EXCLUSIVE || req.Steal || req.IfAvailable {
 		return nil, false
 	}

@@ -2,13 +2,13 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	pb "github.com/lockcluster/lockcluster/api/lockclusterv1"
+	"github.com/lockcluster/lockcluster/api/rpcerr"
 	"github.com/lockcluster/lockcluster/fsm"
 )
 
@@ -16,9 +16,9 @@ import (
 var Version = "dev"
 
 func (s *Server) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.StatusResponse, error) {
-	node := s.node.Load()
+	node := s.replica()
 	if node == nil {
-		return nil, status.Error(codes.Unavailable, "node is starting")
+		return nil, toStatus(fmt.Errorf("%w: node is starting", rpcerr.ErrNotReady))
 	}
 	st := node.Stats()
 	u := func(k string) uint64 { v, _ := strconv.ParseUint(st[k], 10, 64); return v }
@@ -42,9 +42,9 @@ func (s *Server) grpcAddrOf(id string) string {
 }
 
 func (s *Server) Members(ctx context.Context, _ *pb.MembersRequest) (*pb.MembersResponse, error) {
-	node := s.node.Load()
+	node := s.replica()
 	if node == nil {
-		return nil, status.Error(codes.Unavailable, "node is starting")
+		return nil, toStatus(fmt.Errorf("%w: node is starting", rpcerr.ErrNotReady))
 	}
 	ms, err := node.Members()
 	if err != nil {
@@ -77,7 +77,7 @@ func (s *Server) Join(ctx context.Context, req *pb.JoinRequest) (*pb.JoinRespons
 
 // join adds the voter and records it in the member directory, on the leader.
 func (s *Server) join(ctx context.Context, req *pb.JoinRequest) (*pb.JoinResponse, error) {
-	node := s.node.Load()
+	node := s.replica()
 	if err := node.Join(ctx, req.Id, req.RaftAddr); err != nil {
 		return nil, err
 	}
@@ -93,7 +93,7 @@ func (s *Server) Leave(ctx context.Context, req *pb.LeaveRequest) (*pb.LeaveResp
 	if req.Id == "" {
 		return nil, invalid("leave needs a node id")
 	}
-	err := s.node.Load().Leave(ctx, req.Id)
+	err := s.replica().Leave(ctx, req.Id)
 	if err == nil {
 		err = s.setMember(ctx, fsm.Member{ID: req.Id}, true)
 	}

@@ -13,7 +13,7 @@ import (
 // followLeadership starts leader-only work when this node gains leadership
 // and stops it when it loses it.
 func (s *Server) followLeadership(ctx context.Context) {
-	ch, unsubscribe := s.node.Load().SubscribeLeadership()
+	ch, unsubscribe := s.replica().SubscribeLeadership()
 	defer unsubscribe()
 	var stopTerm context.CancelFunc = func() {}
 	defer func() { stopTerm() }()
@@ -43,7 +43,7 @@ func (s *Server) followLeadership(ctx context.Context) {
 // committed before (a read barrier), it re-arms every session with a full
 // TTL (SPEC §4) and makes sure the member directory has its own record.
 func (s *Server) lead(ctx context.Context) {
-	node := s.node.Load()
+	node := s.replica()
 	for {
 		bctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		err := node.ReadBarrier(bctx)
@@ -104,8 +104,9 @@ func (s *Server) registered() bool {
 func (s *Server) register(ctx context.Context) {
 	self := s.cfg.Self
 	req := &pb.JoinRequest{Id: self.ID, RaftAddr: self.RaftAddr, GrpcAddr: self.GRPCAddr, HttpAddr: self.HTTPAddr}
+	wait := 10 * time.Millisecond // the leader records itself first
 	for !s.registered() {
-		if !s.node.Load().IsLeader() {
+		if !s.replica().IsLeader() {
 			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			_, err := s.Join(cctx, req)
 			cancel()
@@ -116,8 +117,9 @@ func (s *Server) register(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(500 * time.Millisecond):
+		case <-time.After(wait):
 		}
+		wait = min(2*wait, 500*time.Millisecond)
 	}
 }
 

@@ -134,7 +134,7 @@ func (s *Server) Query(ctx context.Context, req *pb.QueryRequest) (*pb.QueryResp
 	if err := s.m.Limits().Check(&fsm.CloseSession{Namespace: req.Namespace}); err != nil {
 		return nil, toStatus(err)
 	}
-	node := s.node.Load()
+	node := s.replica()
 	if node == nil {
 		return nil, toStatus(s.notLeader())
 	}

@@ -89,7 +89,7 @@ type Server struct {
 
 	cfg     Config
 	m       *fsm.Machine
-	node    atomic.Pointer[raftnode.Node]
+	node    atomic.Pointer[replicaCell]
 	tracker *session.Tracker
 	hub     *hub
 	peers   *peers
@@ -161,8 +161,8 @@ func (s *Server) Register(g *grpc.Server) {
 // deadlines, the heartbeat batcher, leadership changes and the node's own
 // record in the member directory. node must use this Server's Apply as its
 // FSM sink.
-func (s *Server) Run(ctx context.Context, node *raftnode.Node) {
-	s.node.Store(node)
+func (s *Server) Run(ctx context.Context, node Replica) {
+	s.node.Store(&replicaCell{node})
 	var wg sync.WaitGroup
 	wg.Add(4)
 	go func() { defer wg.Done(); s.tracker.Run(ctx) }()
@@ -177,7 +177,7 @@ func (s *Server) Run(ctx context.Context, node *raftnode.Node) {
 // propose stamps cmd with this node's clock, appends it to the log and
 // returns the machine's answer and the entry's index.
 func (s *Server) propose(ctx context.Context, cmd fsm.Command) (fsm.Applied, uint64, error) {
-	node := s.node.Load()
+	node := s.replica()
 	if node == nil {
 		return fsm.Applied{}, 0, raftnode.ErrShutdown
 	}

@@ -3,15 +3,16 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	pb "github.com/lockcluster/lockcluster/api/lockclusterv1"
+	"github.com/lockcluster/lockcluster/api/rpcerr"
 	"github.com/lockcluster/lockcluster/fsm"
+	"github.com/lockcluster/lockcluster/raftnode"
 )
 
 // Session serves a session stream. The client attaches; the node waits
@@ -41,7 +42,7 @@ func (s *Server) Session(stream pb.Locks_SessionServer) error {
 	err = s.hub.waitApplied(wctx, at.MinIndex)
 	cancel()
 	if err != nil {
-		return status.Errorf(codes.Unavailable, "this node has not yet applied index %d that the client has seen: try another node", at.MinIndex)
+		return toStatus(fmt.Errorf("%w: it has not yet applied index %d that the client has seen", rpcerr.ErrNotReady, at.MinIndex))
 	}
 	// The node's state is as new as the caller's: the secret check is final.
 	if err := s.m.CheckSession(at.SessionId, at.Namespace, at.SessionSecret); err != nil {
@@ -83,7 +84,7 @@ func (s *Server) Session(stream pb.Locks_SessionServer) error {
 				}
 			}
 		case <-sub.gone:
-			return status.Error(codes.ResourceExhausted, "the session's event stream fell too far behind: reconnect to resynchronise")
+			return rpcerr.StreamBehind("the session's event stream fell too far behind: reconnect to resynchronise")
 		case m := <-acks:
 			if m == nil {
 				return toStatus(&fsm.Error{Code: fsm.CodeSessionClosed, Msg: "session " + strconv.FormatUint(at.SessionId, 10) + " has ended"})
@@ -94,7 +95,7 @@ func (s *Server) Session(stream pb.Locks_SessionServer) error {
 		case err := <-recvErr:
 			return err
 		case <-s.done:
-			return status.Error(codes.Unavailable, "this node is shutting down: reconnect to another")
+			return toStatus(fmt.Errorf("%w: reconnect to another node", raftnode.ErrShutdown))
 		case <-ctx.Done():
 			return ctx.Err()
 		}
@@ -123,7 +124,7 @@ func (s *Server) heartbeats(ctx context.Context, stream pb.Locks_SessionServer, 
 			// node is cut off): say so at once, so that the client moves
 			// its stream to a node that can, instead of losing the session
 			// after a TTL of silence (docs/chaos.md, finding 2).
-			recvErr <- status.Errorf(codes.Unavailable, "node %s knows no leader to renew session %d: reconnect to another node", s.cfg.Self.ID, id)
+			recvErr <- rpcerr.NoLeader(fmt.Sprintf("node %s knows no leader to renew session %d: reconnect to another node", s.cfg.Self.ID, id))
 			return
 		case errors.Is(err, errNotLeading), err != nil && ctx.Err() == nil:
 			continue // no leader renewed it: no ack; the client sends again

@@ -29,7 +29,7 @@ func (s *Server) touch(ctx context.Context, id uint64) (known bool, err error) {
 	if unknown, ok := s.tracker.Touch(id); ok {
 		return len(unknown) == 0, nil
 	}
-	if node := s.node.Load(); node != nil && node.IsLeader() {
+	if node := s.replica(); node != nil && node.IsLeader() {
 		// Leading, but the tracker has not re-armed yet (the new leader's
 		// read barrier is under way): no answer rather than a wrong one.
 		return true, errNotLeading
@@ -40,7 +40,7 @@ func (s *Server) touch(ctx context.Context, id uint64) (known bool, err error) {
 // knowsLeader says whether this node knows a leader, itself or another,
 // that a heartbeat could renew a session through.
 func (s *Server) knowsLeader() bool {
-	node := s.node.Load()
+	node := s.replica()
 	if node == nil {
 		return false
 	}
@@ -49,7 +49,7 @@ func (s *Server) knowsLeader() bool {
 }
 
 func (s *Server) notLeader() error {
-	node := s.node.Load()
+	node := s.replica()
 	if node == nil {
 		return raftnode.ErrShutdown
 	}

@@ -1,0 +1,96 @@
+package rpcerr
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/lockcluster/lockcluster/api/lockclusterv1"
+	"github.com/lockcluster/lockcluster/fsm"
+	"github.com/lockcluster/lockcluster/raftnode"
+)
+
+// The error table of SPEC §9, and the errors of the cluster itself.
+func TestErrorTable(t *testing.T) {
+	for _, tc := range []struct {
+		err    error
+		code   codes.Code
+		reason pb.ErrorReason
+		name   string
+	}{
+		{&fsm.Error{Code: fsm.CodeNotSupported, Msg: `name "-x" is reserved`}, codes.InvalidArgument, pb.ErrorReason_NOT_SUPPORTED, "NotSupportedError"},
+		{&fsm.Error{Code: fsm.CodeInvalid, Msg: "bad mode"}, codes.InvalidArgument, pb.ErrorReason_INVALID, "TypeError"},
+		{&fsm.Error{Code: fsm.CodeSessionClosed, Msg: "session 3 is not open"}, codes.FailedPrecondition, pb.ErrorReason_SESSION_CLOSED, "InvalidStateError"},
+		{&fsm.Error{Code: fsm.CodeLimit, Msg: "over"}, codes.ResourceExhausted, pb.ErrorReason_LIMIT, "QuotaExceededError"},
+		{&fsm.Error{Code: fsm.CodePermission, Msg: "no"}, codes.PermissionDenied, pb.ErrorReason_PERMISSION, "SecurityError"},
+		{fmt.Errorf("wrapped: %w", &fsm.Error{Code: fsm.CodeLimit, Msg: "over"}), codes.ResourceExhausted, pb.ErrorReason_LIMIT, "QuotaExceededError"},
+		{&raftnode.NotLeaderError{LeaderID: "n1", LeaderAddr: "h:1"}, codes.Unavailable, pb.ErrorReason_NOT_LEADER, "NotLeader"},
+		{fmt.Errorf("%w: node is starting", ErrNotReady), codes.Unavailable, pb.ErrorReason_NOT_READY, "NotReady"},
+		{raftnode.ErrNotMember, codes.NotFound, pb.ErrorReason_NOT_MEMBER, "NotFoundError"},
+		{raftnode.ErrDiverged, codes.Unavailable, pb.ErrorReason_REPLICA_DIVERGED, "ReplicaDiverged"},
+		{raftnode.ErrShutdown, codes.Unavailable, pb.ErrorReason_SHUTTING_DOWN, "ShuttingDown"},
+		{raftnode.ErrOutcomeUnknown, codes.Unavailable, pb.ErrorReason_OUTCOME_UNKNOWN, "OutcomeUnknown"},
+		{context.DeadlineExceeded, codes.DeadlineExceeded, 0, ""},
+		{errors.New("boom"), codes.Internal, 0, ""},
+	} {
+		st := status.Convert(Status(tc.err))
+		if st.Code() != tc.code {
+			t.Errorf("%v: code %s, want %s", tc.err, st.Code(), tc.code)
+		}
+		var info *errdetails.ErrorInfo
+		for _, d := range st.Details() {
+			if i, ok := d.(*errdetails.ErrorInfo); ok {
+				info = i
+			}
+		}
+		if tc.name == "" {
+			if info != nil {
+				t.Errorf("%v: unexpected ErrorInfo %v", tc.err, info)
+			}
+			continue
+		}
+		if info == nil || info.Reason != tc.reason.String() || info.Metadata["name"] != tc.name || info.Domain != Domain {
+			t.Errorf("%v: ErrorInfo %v, want reason %s name %s", tc.err, info, tc.reason, tc.name)
+		}
+		if st.Message() == "" {
+			t.Errorf("%v: empty message", tc.err)
+		}
+	}
+	// A status from the leader a call was forwarded to passes unchanged.
+	fwd := status.Error(codes.FailedPrecondition, "from the leader")
+	if Status(fwd) != fwd {
+		t.Error("a forwarded status was rewritten")
+	}
+}
+
+// The node's own refusals carry an ErrorInfo as the table's do.
+func TestConstructorsCarryErrorInfo(t *testing.T) {
+	for _, tc := range []struct {
+		err    error
+		code   codes.Code
+		reason pb.ErrorReason
+	}{
+		{Invalid("bad"), codes.InvalidArgument, pb.ErrorReason_INVALID},
+		{InvalidField("names", "bad"), codes.InvalidArgument, pb.ErrorReason_INVALID},
+		{StreamBehind("behind"), codes.ResourceExhausted, pb.ErrorReason_LIMIT},
+		{NoLeader("none"), codes.Unavailable, pb.ErrorReason_NOT_LEADER},
+		{Unauthenticated("who"), codes.Unauthenticated, pb.ErrorReason_PERMISSION},
+		{PermissionDenied("no"), codes.PermissionDenied, pb.ErrorReason_PERMISSION},
+	} {
+		st := status.Convert(tc.err)
+		var info *errdetails.ErrorInfo
+		for _, d := range st.Details() {
+			if i, ok := d.(*errdetails.ErrorInfo); ok {
+				info = i
+			}
+		}
+		if st.Code() != tc.code || info == nil || info.Reason != tc.reason.String() || info.Domain != Domain {
+			t.Errorf("%v: code %s info %v, want %s %s", tc.err, st.Code(), info, tc.code, tc.reason)
+		}
+	}
+}
