@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	rpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 
@@ -22,11 +20,7 @@ import (
 func TestHealthReflectionAndProbes(t *testing.T) {
 	c := nodetest.Start(t, 1, nodetest.Options{Quiet: true})
 	n := c.Nodes[0]
-	cc, err := grpc.NewClient(n.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
+	cc := rawConn(t, n.GRPCAddr())
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 

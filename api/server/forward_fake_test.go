@@ -230,3 +230,22 @@ func TestClusterCallsOnAFollower(t *testing.T) {
 		t.Fatalf("status of n2: %v, %v", st, err)
 	}
 }
+
+// Query is linearizable: a follower that lags forwards it to the leader,
+// whose answer includes every write acknowledged before the call.
+func TestQueryOnALaggingFollowerReadsTheLeader(t *testing.T) {
+	fc := newFakeCluster(t, 3, fakeOptions{})
+	fc.hold("n3", true)
+	s := fc.node("n1").open(t, "q")
+	r, err := fc.node("n1").request(testCtx(t), s, "q", 1, "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := fc.node("n3").locks.Query(testCtx(t), &pb.QueryRequest{Namespace: "q"})
+	if err != nil || len(q.Held) != 1 || q.Held[0].Token != r.Token || q.Index < r.Index {
+		t.Fatalf("query on a lagging follower: %v, %v: want the grant at index >= %d", q, err, r.Index)
+	}
+	if got := fc.node("n3").rep.AppliedIndex(); got >= r.Index {
+		t.Fatalf("the held node applied %d: the answer could have been its own", got)
+	}
+}

@@ -1,4 +1,4 @@
-package server_test
+package node_test
 
 import (
 	"context"
