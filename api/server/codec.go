@@ -19,7 +19,7 @@ import (
 // turns any error of the codec's Unmarshal into codes.Internal before an
 // interceptor or handler sees the call, so the server's codec never fails:
 // on a decode error it resets the message and leaves a marker on it (an
-// unknown field), and DecodeUnary and DecodeStream, which see the message
+// unknown field), and decodeUnary and decodeStream, which see the message
 // before anything else does, answer a marked message with InvalidArgument.
 // A proto3 string field that is not valid UTF-8 (names, namespaces sent by a
 // client that does not validate them) is named in the answer; a truncated
@@ -42,8 +42,8 @@ type decodeCodec struct{ proto encoding.CodecV2 }
 func DecodeOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.ForceServerCodecV2(decodeCodec{proto: encoding.GetCodecV2("proto")}),
-		grpc.ChainUnaryInterceptor(DecodeUnary),
-		grpc.ChainStreamInterceptor(DecodeStream),
+		grpc.ChainUnaryInterceptor(decodeUnary),
+		grpc.ChainStreamInterceptor(decodeStream),
 	}
 }
 
@@ -166,18 +166,18 @@ func decodeFailure(m any) error {
 	return nil
 }
 
-// DecodeUnary answers a call whose request did not decode with
+// decodeUnary answers a call whose request did not decode with
 // InvalidArgument.
-func DecodeUnary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+func decodeUnary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 	if err := decodeFailure(req); err != nil {
 		return nil, err
 	}
 	return h(ctx, req)
 }
 
-// DecodeStream makes a stream message that did not decode an
+// decodeStream makes a stream message that did not decode an
 // InvalidArgument error of RecvMsg, which ends the stream with it.
-func DecodeStream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+func decodeStream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
 	return h(srv, decodedStream{ss})
 }
 
