@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -49,6 +50,18 @@ type Member struct {
 	HTTPAddr string `json:"httpAddr,omitempty"`
 	Suffrage string `json:"suffrage"`
 	Leader   bool   `json:"leader"`
+	// What the leader sees of the member, from probing its API every
+	// second. Probed is false when the answer did not come from a leader or
+	// the leader has not probed the member yet; the rest is unset then.
+	Probed    bool `json:"probed"`
+	Reachable bool `json:"reachable"`
+	// LastContact is when the member last answered the leader (zero: never
+	// in this leader's term), on this machine's clock.
+	LastContact time.Time `json:"lastContact,omitzero"`
+	// Lag is how many committed entries the member had not applied.
+	Lag          uint64 `json:"lag"`
+	AppliedIndex uint64 `json:"appliedIndex"`
+	Version      string `json:"version,omitempty"`
 }
 
 // Status is one node's view of the cluster.
@@ -105,9 +118,14 @@ func (a *Admin) Members(ctx context.Context) ([]Member, error) {
 	if err != nil {
 		return nil, err
 	}
+	now := time.Now()
 	out := make([]Member, len(resp.Members))
 	for i, m := range resp.Members {
-		out[i] = Member{ID: m.Id, RaftAddr: m.RaftAddr, GRPCAddr: m.GrpcAddr, HTTPAddr: m.HttpAddr, Suffrage: m.Suffrage, Leader: m.Leader}
+		out[i] = Member{ID: m.Id, RaftAddr: m.RaftAddr, GRPCAddr: m.GrpcAddr, HTTPAddr: m.HttpAddr, Suffrage: m.Suffrage, Leader: m.Leader,
+			Probed: m.Probed, Reachable: m.Reachable, Lag: m.Lag, AppliedIndex: m.AppliedIndex, Version: m.Version}
+		if m.SinceContact != nil {
+			out[i].LastContact = now.Add(-m.SinceContact.AsDuration())
+		}
 	}
 	return out, nil
 }

@@ -2220,8 +2220,21 @@ type Member struct {
 	GrpcAddr string                 `protobuf:"bytes,3,opt,name=grpc_addr,json=grpcAddr,proto3" json:"grpc_addr,omitempty"`
 	HttpAddr string                 `protobuf:"bytes,4,opt,name=http_addr,json=httpAddr,proto3" json:"http_addr,omitempty"`
 	// "Voter", "Nonvoter" or "Staging".
-	Suffrage      string `protobuf:"bytes,5,opt,name=suffrage,proto3" json:"suffrage,omitempty"`
-	Leader        bool   `protobuf:"varint,6,opt,name=leader,proto3" json:"leader,omitempty"`
+	Suffrage string `protobuf:"bytes,5,opt,name=suffrage,proto3" json:"suffrage,omitempty"`
+	Leader   bool   `protobuf:"varint,6,opt,name=leader,proto3" json:"leader,omitempty"`
+	// What the leader sees of the member, from probing its API every second
+	// (set only when the answer comes from the leader: probed is true).
+	Probed bool `protobuf:"varint,7,opt,name=probed,proto3" json:"probed,omitempty"`
+	// The member's API answered the leader's last probe.
+	Reachable bool `protobuf:"varint,8,opt,name=reachable,proto3" json:"reachable,omitempty"`
+	// Time since the member last answered a probe of this leader (unset if
+	// it never has in this leader's term).
+	SinceContact *durationpb.Duration `protobuf:"bytes,9,opt,name=since_contact,json=sinceContact,proto3" json:"since_contact,omitempty"`
+	// Committed entries the member had not applied at its last answer.
+	Lag          uint64 `protobuf:"varint,10,opt,name=lag,proto3" json:"lag,omitempty"`
+	AppliedIndex uint64 `protobuf:"varint,11,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
+	// The member's version, from its last answer.
+	Version       string `protobuf:"bytes,12,opt,name=version,proto3" json:"version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2296,6 +2309,48 @@ func (x *Member) GetLeader() bool {
 		return x.Leader
 	}
 	return false
+}
+
+func (x *Member) GetProbed() bool {
+	if x != nil {
+		return x.Probed
+	}
+	return false
+}
+
+func (x *Member) GetReachable() bool {
+	if x != nil {
+		return x.Reachable
+	}
+	return false
+}
+
+func (x *Member) GetSinceContact() *durationpb.Duration {
+	if x != nil {
+		return x.SinceContact
+	}
+	return nil
+}
+
+func (x *Member) GetLag() uint64 {
+	if x != nil {
+		return x.Lag
+	}
+	return 0
+}
+
+func (x *Member) GetAppliedIndex() uint64 {
+	if x != nil {
+		return x.AppliedIndex
+	}
+	return 0
+}
+
+func (x *Member) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
 }
 
 type MembersResponse struct {
@@ -2786,14 +2841,21 @@ const file_lockcluster_proto_rawDesc = "" +
 	"namespaces\x18\f \x01(\x04R\n" +
 	"namespaces\x12\x18\n" +
 	"\aversion\x18\r \x01(\tR\aversion\"\x10\n" +
-	"\x0eMembersRequest\"\xa3\x01\n" +
+	"\x0eMembersRequest\"\xea\x02\n" +
 	"\x06Member\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x1b\n" +
 	"\tgrpc_addr\x18\x03 \x01(\tR\bgrpcAddr\x12\x1b\n" +
 	"\thttp_addr\x18\x04 \x01(\tR\bhttpAddr\x12\x1a\n" +
 	"\bsuffrage\x18\x05 \x01(\tR\bsuffrage\x12\x16\n" +
-	"\x06leader\x18\x06 \x01(\bR\x06leader\"C\n" +
+	"\x06leader\x18\x06 \x01(\bR\x06leader\x12\x16\n" +
+	"\x06probed\x18\a \x01(\bR\x06probed\x12\x1c\n" +
+	"\treachable\x18\b \x01(\bR\treachable\x12>\n" +
+	"\rsince_contact\x18\t \x01(\v2\x19.google.protobuf.DurationR\fsinceContact\x12\x10\n" +
+	"\x03lag\x18\n" +
+	" \x01(\x04R\x03lag\x12#\n" +
+	"\rapplied_index\x18\v \x01(\x04R\fappliedIndex\x12\x18\n" +
+	"\aversion\x18\f \x01(\tR\aversion\"C\n" +
 	"\x0fMembersResponse\x120\n" +
 	"\amembers\x18\x01 \x03(\v2\x16.lockcluster.v1.MemberR\amembers\"t\n" +
 	"\vJoinRequest\x12\x0e\n" +
@@ -2947,36 +3009,37 @@ var file_lockcluster_proto_depIdxs = []int32{
 	0,  // 26: lockcluster.v1.LockInfo.mode:type_name -> lockcluster.v1.Mode
 	38, // 27: lockcluster.v1.LockInfo.acquired_at:type_name -> google.protobuf.Timestamp
 	38, // 28: lockcluster.v1.LockInfo.requested_at:type_name -> google.protobuf.Timestamp
-	29, // 29: lockcluster.v1.MembersResponse.members:type_name -> lockcluster.v1.Member
-	5,  // 30: lockcluster.v1.Locks.OpenSession:input_type -> lockcluster.v1.OpenSessionRequest
-	7,  // 31: lockcluster.v1.Locks.CloseSession:input_type -> lockcluster.v1.CloseSessionRequest
-	9,  // 32: lockcluster.v1.Locks.Session:input_type -> lockcluster.v1.SessionUp
-	17, // 33: lockcluster.v1.Locks.Request:input_type -> lockcluster.v1.LockRequest
-	19, // 34: lockcluster.v1.Locks.Release:input_type -> lockcluster.v1.ReleaseRequest
-	21, // 35: lockcluster.v1.Locks.Abort:input_type -> lockcluster.v1.AbortRequest
-	23, // 36: lockcluster.v1.Locks.Query:input_type -> lockcluster.v1.QueryRequest
-	26, // 37: lockcluster.v1.Cluster.Status:input_type -> lockcluster.v1.StatusRequest
-	28, // 38: lockcluster.v1.Cluster.Members:input_type -> lockcluster.v1.MembersRequest
-	31, // 39: lockcluster.v1.Cluster.Join:input_type -> lockcluster.v1.JoinRequest
-	33, // 40: lockcluster.v1.Cluster.Leave:input_type -> lockcluster.v1.LeaveRequest
-	35, // 41: lockcluster.v1.Cluster.Touch:input_type -> lockcluster.v1.TouchRequest
-	6,  // 42: lockcluster.v1.Locks.OpenSession:output_type -> lockcluster.v1.OpenSessionResponse
-	8,  // 43: lockcluster.v1.Locks.CloseSession:output_type -> lockcluster.v1.CloseSessionResponse
-	12, // 44: lockcluster.v1.Locks.Session:output_type -> lockcluster.v1.SessionDown
-	18, // 45: lockcluster.v1.Locks.Request:output_type -> lockcluster.v1.LockResponse
-	20, // 46: lockcluster.v1.Locks.Release:output_type -> lockcluster.v1.ReleaseResponse
-	22, // 47: lockcluster.v1.Locks.Abort:output_type -> lockcluster.v1.AbortResponse
-	24, // 48: lockcluster.v1.Locks.Query:output_type -> lockcluster.v1.QueryResponse
-	27, // 49: lockcluster.v1.Cluster.Status:output_type -> lockcluster.v1.StatusResponse
-	30, // 50: lockcluster.v1.Cluster.Members:output_type -> lockcluster.v1.MembersResponse
-	32, // 51: lockcluster.v1.Cluster.Join:output_type -> lockcluster.v1.JoinResponse
-	34, // 52: lockcluster.v1.Cluster.Leave:output_type -> lockcluster.v1.LeaveResponse
-	36, // 53: lockcluster.v1.Cluster.Touch:output_type -> lockcluster.v1.TouchResponse
-	42, // [42:54] is the sub-list for method output_type
-	30, // [30:42] is the sub-list for method input_type
-	30, // [30:30] is the sub-list for extension type_name
-	30, // [30:30] is the sub-list for extension extendee
-	0,  // [0:30] is the sub-list for field type_name
+	37, // 29: lockcluster.v1.Member.since_contact:type_name -> google.protobuf.Duration
+	29, // 30: lockcluster.v1.MembersResponse.members:type_name -> lockcluster.v1.Member
+	5,  // 31: lockcluster.v1.Locks.OpenSession:input_type -> lockcluster.v1.OpenSessionRequest
+	7,  // 32: lockcluster.v1.Locks.CloseSession:input_type -> lockcluster.v1.CloseSessionRequest
+	9,  // 33: lockcluster.v1.Locks.Session:input_type -> lockcluster.v1.SessionUp
+	17, // 34: lockcluster.v1.Locks.Request:input_type -> lockcluster.v1.LockRequest
+	19, // 35: lockcluster.v1.Locks.Release:input_type -> lockcluster.v1.ReleaseRequest
+	21, // 36: lockcluster.v1.Locks.Abort:input_type -> lockcluster.v1.AbortRequest
+	23, // 37: lockcluster.v1.Locks.Query:input_type -> lockcluster.v1.QueryRequest
+	26, // 38: lockcluster.v1.Cluster.Status:input_type -> lockcluster.v1.StatusRequest
+	28, // 39: lockcluster.v1.Cluster.Members:input_type -> lockcluster.v1.MembersRequest
+	31, // 40: lockcluster.v1.Cluster.Join:input_type -> lockcluster.v1.JoinRequest
+	33, // 41: lockcluster.v1.Cluster.Leave:input_type -> lockcluster.v1.LeaveRequest
+	35, // 42: lockcluster.v1.Cluster.Touch:input_type -> lockcluster.v1.TouchRequest
+	6,  // 43: lockcluster.v1.Locks.OpenSession:output_type -> lockcluster.v1.OpenSessionResponse
+	8,  // 44: lockcluster.v1.Locks.CloseSession:output_type -> lockcluster.v1.CloseSessionResponse
+	12, // 45: lockcluster.v1.Locks.Session:output_type -> lockcluster.v1.SessionDown
+	18, // 46: lockcluster.v1.Locks.Request:output_type -> lockcluster.v1.LockResponse
+	20, // 47: lockcluster.v1.Locks.Release:output_type -> lockcluster.v1.ReleaseResponse
+	22, // 48: lockcluster.v1.Locks.Abort:output_type -> lockcluster.v1.AbortResponse
+	24, // 49: lockcluster.v1.Locks.Query:output_type -> lockcluster.v1.QueryResponse
+	27, // 50: lockcluster.v1.Cluster.Status:output_type -> lockcluster.v1.StatusResponse
+	30, // 51: lockcluster.v1.Cluster.Members:output_type -> lockcluster.v1.MembersResponse
+	32, // 52: lockcluster.v1.Cluster.Join:output_type -> lockcluster.v1.JoinResponse
+	34, // 53: lockcluster.v1.Cluster.Leave:output_type -> lockcluster.v1.LeaveResponse
+	36, // 54: lockcluster.v1.Cluster.Touch:output_type -> lockcluster.v1.TouchResponse
+	43, // [43:55] is the sub-list for method output_type
+	31, // [31:43] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_lockcluster_proto_init() }

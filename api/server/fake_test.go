@@ -11,7 +11,9 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
 
 	pb "github.com/lockcluster/lockcluster/api/lockclusterv1"
@@ -270,6 +272,9 @@ type fakeNode struct {
 	clus  pb.ClusterClient
 	g     *grpc.Server
 	cc    *grpc.ClientConn
+	// down makes the node's API fail every unary call (a dead node, as
+	// its peers see it).
+	down *atomic.Bool
 }
 
 type fakeOptions struct {
@@ -312,9 +317,13 @@ func newFakeCluster(t testing.TB, n int, o fakeOptions) *fakeCluster {
 		rep := &fakeReplica{log: fc.log, id: id, addr: "raft-" + id, m: m, sink: srv.Apply, subs: map[chan bool]struct{}{}}
 		fc.log.reps = append(fc.log.reps, rep)
 		touches := fc.touches[id]
+		down := &atomic.Bool{}
 		g := grpc.NewServer(append(DecodeOptions(), grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 			if info.FullMethod == pb.Cluster_Touch_FullMethodName {
 				touches.Add(1)
+			}
+			if down.Load() {
+				return nil, status.Error(codes.Unavailable, "fake node is down")
 			}
 			return h(ctx, req)
 		}))...)
@@ -323,7 +332,7 @@ func newFakeCluster(t testing.TB, n int, o fakeOptions) *fakeCluster {
 		if err != nil {
 			t.Fatal(err)
 		}
-		fc.nodes = append(fc.nodes, &fakeNode{id: id, rep: rep, srv: srv, m: m, locks: pb.NewLocksClient(cc), clus: pb.NewClusterClient(cc), g: g, cc: cc})
+		fc.nodes = append(fc.nodes, &fakeNode{id: id, rep: rep, srv: srv, m: m, locks: pb.NewLocksClient(cc), clus: pb.NewClusterClient(cc), g: g, cc: cc, down: down})
 	}
 	// Every replica exists before any server runs.
 	for _, n := range fc.nodes {
