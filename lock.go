@@ -92,11 +92,11 @@ func (l *Lock) AcquiredAt() time.Time { return l.acquiredAt }
 // tells which.
 //
 // Its Done, Err and Value (so context.Cause too) compare the monotonic
-// clock with the session's jeopardy deadline before they answer: a holder
-// that was paused past it (SIGSTOP, a long GC pause) sees the lock lost on
-// its first look after resuming, not once a goroutine of the client has
-// been scheduled. Contexts derived from it learn of the loss when the
-// client cancels it.
+// clock with the session's jeopardy deadline (session/DESIGN.md, "The
+// timeline") before they answer: a holder that was paused past it
+// (SIGSTOP, a long GC pause) sees the lock lost on its first look after
+// resuming, not once a goroutine of the client has been scheduled.
+// Contexts derived from it learn of the loss when the client cancels it.
 func (l *Lock) Context() context.Context { return l.ctx }
 
 // Done is closed when the lock ends. Like Err it checks the jeopardy
@@ -121,10 +121,10 @@ func (l *Lock) lostCause() error {
 }
 
 // lockCtx is a held lock's context: the cancel-cause context the client
-// ends, checked against the jeopardy deadline on every look. The context
-// contract allows Err to report the end before a goroutine would have:
-// check cancels the inner context (closing Done) before Err returns
-// non-nil.
+// ends, checked against the jeopardy deadline on every look (why:
+// session/DESIGN.md, "The timeline"). The context contract allows Err to
+// report the end before a goroutine would have: check cancels the inner
+// context (closing Done) before Err returns non-nil.
 //
 // A look may come while the session's lock is held (a request whose
 // context derives from a lock's is granted under it), so check takes no

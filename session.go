@@ -35,7 +35,8 @@ type session struct {
 	lastAcked time.Time           // send time of the last acknowledged heartbeat
 	// deadline is the jeopardy deadline, lastAcked + ttl, as monotonic
 	// nanoseconds since monoBase: read without s.mu by every look at a
-	// lock's context, which may come while s.mu is held.
+	// lock's context, which may come while s.mu is held. How it relates to
+	// the leader's expiry: session/DESIGN.md, "The timeline".
 	deadline  atomic.Int64
 	hbSent    map[uint64]time.Time
 	hbNext    uint64
@@ -136,7 +137,8 @@ func (s *session) end(cause error) bool {
 var monoBase = time.Now()
 
 // setDeadline sets the jeopardy deadline from the send time of the last
-// acknowledged heartbeat. Called with s.mu held, or before s is shared.
+// acknowledged heartbeat (session/DESIGN.md, "The timeline"). Called with
+// s.mu held, or before s is shared.
 func (s *session) setDeadline(acked time.Time) {
 	s.deadline.Store(int64(acked.Add(s.ttl).Sub(monoBase)))
 }
@@ -171,13 +173,10 @@ func (s *session) jeopardy() {
 }
 
 // watch ends the session when a whole TTL has passed since the send time of
-// the last acknowledged heartbeat (jeopardy, SPEC §4): by then the cluster
-// may expire it, so locks must be assumed lost before it can.
-//
-// The timer is set for the exact moment (not polled), so that the locks are
-// given up before the leader, which waits a TTL and a grace period from a
-// later instant (it received the heartbeat after it was sent), can expire
-// the session.
+// the last acknowledged heartbeat (jeopardy, SPEC §4). The timer is set for
+// the exact moment, not polled: why that gives the locks up before the
+// leader can expire the session is session/DESIGN.md, "The timeline"
+// (docs/chaos.md, finding 1).
 func (s *session) watch() {
 	timer := time.NewTimer(s.ttl)
 	defer timer.Stop()

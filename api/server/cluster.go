@@ -107,10 +107,11 @@ func (s *Server) Leave(ctx context.Context, req *pb.LeaveRequest) (*pb.LeaveResp
 }
 
 // Touch renews the deadlines of sessions whose heartbeats reached a
-// follower. Only the leader answers.
+// follower (session liveness's Renew). Only the leader answers, once it
+// has re-armed.
 func (s *Server) Touch(ctx context.Context, req *pb.TouchRequest) (*pb.TouchResponse, error) {
-	unknown, ok := s.tracker.Touch(req.SessionIds...)
-	if !ok {
+	unknown, err := s.live.Renew(req.SessionIds...)
+	if err != nil {
 		return nil, toStatus(s.notLeader())
 	}
 	return &pb.TouchResponse{Unknown: unknown}, nil

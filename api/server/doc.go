@@ -1,9 +1,12 @@
 // Package server implements the lockcluster.v1 gRPC services on one node.
-// It composes the lock manager (fsm), the Raft member (raftnode) and the
-// leader's session deadlines (session): writes are proposed to the log (or
-// forwarded to the leader's API when this node does not lead), reads go
-// through a read barrier, and the events of every applied entry are fanned
-// out to the session streams attached here.
+// It composes the lock manager (fsm), the Raft member (raftnode) and
+// session liveness (session, which owns the leader's deadlines, the re-arm
+// after a change of leader and the heartbeat path; this package only feeds
+// it applied entries and leadership changes and carries its calls over the
+// log and gRPC): writes are proposed to the log (or forwarded to the
+// leader's API when this node does not lead), reads go through a read
+// barrier, and the events of every applied entry are fanned out to the
+// session streams attached here.
 //
 // Errors cross into gRPC in one place, errors.go: fsm codes and raftnode
 // sentinels become gRPC codes with a google.rpc.ErrorInfo whose reason is

@@ -7,6 +7,7 @@ import (
 
 	pb "github.com/lockcluster/lockcluster/api/lockclusterv1"
 	"github.com/lockcluster/lockcluster/fsm"
+	"github.com/lockcluster/lockcluster/raftnode"
 	"github.com/lockcluster/lockcluster/session"
 )
 
@@ -25,7 +26,7 @@ func (s *Server) followLeadership(ctx context.Context) {
 		case leader, open = <-ch:
 		}
 		stopTerm()
-		s.tracker.Follow()
+		s.live.Follow()
 		if !open {
 			return
 		}
@@ -39,38 +40,15 @@ func (s *Server) followLeadership(ctx context.Context) {
 	}
 }
 
-// lead runs when this node becomes leader: once it has applied every entry
-// committed before (a read barrier), it re-arms every session with a full
-// TTL (SPEC §4) and makes sure the member directory has its own record.
+// lead runs when this node becomes leader: once session liveness has
+// re-armed every session (after a read barrier, session/DESIGN.md), it
+// applies this node's limits and makes sure the member directory has its
+// own record.
 func (s *Server) lead(ctx context.Context) {
-	node := s.replica()
-	for {
-		bctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		err := node.ReadBarrier(bctx)
-		cancel()
-		if err == nil {
-			break
-		}
-		if ctx.Err() != nil {
-			return
-		}
-		s.log.Warn("new leader: read barrier failed; retrying", "error", err)
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-	if ctx.Err() != nil {
+	if err := s.live.Lead(ctx); err != nil {
 		return
 	}
-	infos := s.m.Sessions()
-	arm := make([]session.Info, len(infos))
-	for i, in := range infos {
-		arm[i] = session.Info{ID: in.ID, TTL: withGrace(time.Duration(in.TTL))}
-	}
-	s.tracker.Lead(arm)
-	s.log.Info("leading", "sessions", len(arm), "applied", s.m.LastIndex())
+	s.log.Info("leading", "applied", s.m.LastIndex())
 	if want := s.cfg.Limits; want != nil && *want != s.m.Limits() {
 		ap, _, err := s.propose(ctx, &fsm.SetLimits{Limits: *want})
 		if err == nil {
@@ -130,4 +108,25 @@ func (s *Server) setMember(ctx context.Context, m fsm.Member, remove bool) error
 		return err
 	}
 	return ap.Result.Err
+}
+
+// sessionReplica is what session liveness reads of this node's log when it
+// re-arms: the read barrier and the applied sessions.
+type sessionReplica struct{ s *Server }
+
+func (r sessionReplica) Barrier(ctx context.Context) error {
+	node := r.s.replica()
+	if node == nil {
+		return raftnode.ErrShutdown
+	}
+	return node.ReadBarrier(ctx)
+}
+
+func (r sessionReplica) Sessions() []session.Info {
+	infos := r.s.m.Sessions()
+	out := make([]session.Info, len(infos))
+	for i, in := range infos {
+		out[i] = session.Info{ID: in.ID, TTL: time.Duration(in.TTL)}
+	}
+	return out
 }

@@ -90,10 +90,9 @@ type Server struct {
 	cfg     Config
 	m       *fsm.Machine
 	node    atomic.Pointer[replicaCell]
-	tracker *session.Tracker
+	live    *session.Liveness // session deadlines and heartbeats: session/DESIGN.md
 	hub     *hub
 	peers   *peers
-	touches *touchBatcher
 	rate    *rateLimiter[uint64] // per session
 	nsRate  *rateLimiter[string] // per namespace, on the leader
 	refusal *rateLimiter[string] // paces a namespace's limit refusals
@@ -111,9 +110,6 @@ func New(cfg Config) *Server {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	if cfg.HeartbeatFlush <= 0 {
-		cfg.HeartbeatFlush = 20 * time.Millisecond
-	}
 	if cfg.Observer == nil {
 		cfg.Observer = nopObserver{}
 	}
@@ -126,8 +122,8 @@ func New(cfg Config) *Server {
 	s := &Server{cfg: cfg, m: cfg.Machine, log: cfg.Logger, done: make(chan struct{})}
 	s.hub = newHub(cfg.Machine.LastIndex, cfg.StreamBacklogBytes)
 	s.peers = newPeers(cfg.DialOptions)
-	s.tracker = session.New(session.Config{Expirer: expirer{s}, Tick: cfg.SessionTick, Logger: cfg.Logger.Named("session"), Now: cfg.Now})
-	s.touches = newTouchBatcher(s, cfg.HeartbeatFlush)
+	s.live = session.New(session.Config{Expirer: expirer{s}, Replica: sessionReplica{s}, Forwarder: forwarder{s},
+		Tick: cfg.SessionTick, Flush: cfg.HeartbeatFlush, Logger: cfg.Logger.Named("session"), Now: cfg.Now})
 	s.rate = newRateLimiter[uint64](cfg.SessionRate, cfg.SessionBurst)
 	s.nsRate = newRateLimiter[string](cfg.NamespaceRate, cfg.NamespaceBurst)
 	s.refusal = newRateLimiter[string](cfg.RefusalRate, int(cfg.RefusalRate))
@@ -140,12 +136,12 @@ func New(cfg Config) *Server {
 func (s *Server) Apply(index uint64, ap fsm.Applied) {
 	if ap.Result.Status == fsm.StatusOpened && !ap.Result.Duplicate && ap.Result.Err == nil {
 		if info, ok := s.m.Session(ap.Result.Session); ok {
-			s.tracker.Opened(info.ID, withGrace(time.Duration(info.TTL)))
+			s.live.Opened(info.ID, time.Duration(info.TTL))
 		}
 	}
 	for _, e := range ap.Events {
 		if e.Kind == fsm.EventSessionEnded {
-			s.tracker.Ended(e.Session)
+			s.live.Ended(e.Session)
 		}
 	}
 	s.hub.publish(index, ap)
@@ -157,16 +153,15 @@ func (s *Server) Register(g *grpc.Server) {
 	pb.RegisterClusterServer(g, s)
 }
 
-// Run drives the node's leader-side work until ctx ends: session
-// deadlines, the heartbeat batcher, leadership changes and the node's own
-// record in the member directory. node must use this Server's Apply as its
-// FSM sink.
+// Run drives the node's leader-side work until ctx ends: session liveness
+// (deadlines and the heartbeat batcher), leadership changes and the node's
+// own record in the member directory. node must use this Server's Apply as
+// its FSM sink.
 func (s *Server) Run(ctx context.Context, node Replica) {
 	s.node.Store(&replicaCell{node})
 	var wg sync.WaitGroup
-	wg.Add(4)
-	go func() { defer wg.Done(); s.tracker.Run(ctx) }()
-	go func() { defer wg.Done(); s.touches.run(ctx) }()
+	wg.Add(3)
+	go func() { defer wg.Done(); s.live.Run(ctx) }()
 	go func() { defer wg.Done(); s.followLeadership(ctx) }()
 	go func() { defer wg.Done(); s.register(ctx) }()
 	wg.Wait()
@@ -196,7 +191,7 @@ func (s *Server) propose(ctx context.Context, cmd fsm.Command) (fsm.Applied, uin
 	return ap, r.Index, nil
 }
 
-// expirer lets the session tracker propose ExpireSession.
+// expirer lets session liveness propose ExpireSession.
 type expirer struct{ s *Server }
 
 func (e expirer) Expire(ctx context.Context, id uint64) error {
@@ -209,13 +204,4 @@ func (e expirer) Expire(ctx context.Context, id uint64) error {
 	}
 	e.s.cfg.Observer.Freed(start, ap)
 	return ap.Result.Err
-}
-
-// withGrace is how long the leader waits for a session's heartbeat: its TTL
-// and a tenth more (at least 50 ms). The client gives its locks up after
-// exactly one TTL from the send time of its last acknowledged heartbeat; the
-// grace covers the client's timer firing late and the two clocks' drift, so
-// that the locks are given up before the session can expire (SPEC §4).
-func withGrace(ttl time.Duration) time.Duration {
-	return ttl + max(ttl/10, 50*time.Millisecond)
 }

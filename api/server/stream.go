@@ -13,6 +13,7 @@ import (
 	"github.com/lockcluster/lockcluster/api/rpcerr"
 	"github.com/lockcluster/lockcluster/fsm"
 	"github.com/lockcluster/lockcluster/raftnode"
+	"github.com/lockcluster/lockcluster/session"
 )
 
 // Session serves a session stream. The client attaches; the node waits
@@ -116,17 +117,17 @@ func (s *Server) heartbeats(ctx context.Context, stream pb.Locks_SessionServer, 
 			recvErr <- invalid("a session stream carries only heartbeats after its attach")
 			return
 		}
-		known, err := s.touch(ctx, id)
+		known, err := s.live.Heartbeat(ctx, id)
 		var out *pb.SessionDown
 		switch {
-		case (errors.Is(err, errNotLeading) || err != nil && ctx.Err() == nil) && !s.knowsLeader():
+		case (errors.Is(err, session.ErrNotLeading) || err != nil && ctx.Err() == nil) && !s.knowsLeader():
 			// Nobody here can renew the session (an election, or this
 			// node is cut off): say so at once, so that the client moves
 			// its stream to a node that can, instead of losing the session
 			// after a TTL of silence (docs/chaos.md, finding 2).
 			recvErr <- rpcerr.NoLeader(fmt.Sprintf("node %s knows no leader to renew session %d: reconnect to another node", s.cfg.Self.ID, id))
 			return
-		case errors.Is(err, errNotLeading), err != nil && ctx.Err() == nil:
+		case errors.Is(err, session.ErrNotLeading), err != nil && ctx.Err() == nil:
 			continue // no leader renewed it: no ack; the client sends again
 		case err != nil:
 			return

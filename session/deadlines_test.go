@@ -23,21 +23,21 @@ func (c *fakeClock) Advance(d time.Duration) {
 	c.mu.Unlock()
 }
 
-func newTracker(clock *fakeClock) *Tracker {
-	return New(Config{Tick: 10 * time.Millisecond, Now: clock.Now, Expirer: &recorder{}})
+func testDeadlines(clock *fakeClock) *deadlines {
+	return newTable(Config{Tick: 10 * time.Millisecond, Now: clock.Now, Expirer: &recorder{}})
 }
 
 func TestDeadlinesFollowHeartbeats(t *testing.T) {
 	clock := &fakeClock{t: time.Unix(1000, 0)}
-	tr := newTracker(clock)
-	tr.Lead([]Info{{ID: 1, TTL: time.Second}, {ID: 2, TTL: 2 * time.Second}})
+	tr := testDeadlines(clock)
+	lead(tr, []Info{{ID: 1, TTL: time.Second}, {ID: 2, TTL: 2 * time.Second}})
 
 	clock.Advance(999 * time.Millisecond)
 	if due := tr.Due(clock.Now()); len(due) != 0 {
 		t.Fatalf("due before any TTL passed: %v", due)
 	}
-	if unknown, ok := tr.Touch(1); !ok || len(unknown) != 0 {
-		t.Fatalf("touch: unknown=%v ok=%v", unknown, ok)
+	if unknown, st := tr.Touch(1); st != leading || len(unknown) != 0 {
+		t.Fatalf("touch: unknown=%v state=%v", unknown, st)
 	}
 	clock.Advance(2 * time.Millisecond) // session 1 was renewed at 999ms
 	if due := tr.Due(clock.Now()); len(due) != 0 {
@@ -62,19 +62,19 @@ func TestDeadlinesFollowHeartbeats(t *testing.T) {
 
 func TestOpenedArmsAndFollowStops(t *testing.T) {
 	clock := &fakeClock{t: time.Unix(1000, 0)}
-	tr := newTracker(clock)
+	tr := testDeadlines(clock)
 	tr.Opened(7, time.Second) // not leading: ignored
-	if _, ok := tr.Touch(7); ok {
+	if _, st := tr.Touch(7); st == leading {
 		t.Fatal("touch accepted by a follower")
 	}
-	tr.Lead(nil)
+	lead(tr, nil)
 	tr.Opened(7, time.Second)
 	clock.Advance(2 * time.Second)
 	if due := tr.Due(clock.Now()); !slices.Equal(due, []uint64{7}) {
 		t.Fatalf("due %v", due)
 	}
 	tr.Follow()
-	if tr.Leading() {
+	if tr.current() == leading {
 		t.Fatal("still leading")
 	}
 	clock.Advance(time.Hour)
@@ -87,12 +87,12 @@ func TestOpenedArmsAndFollowStops(t *testing.T) {
 // session whose last heartbeat reached the old leader long ago survives.
 func TestLeadRearmsWithFullTTL(t *testing.T) {
 	clock := &fakeClock{t: time.Unix(1000, 0)}
-	tr := newTracker(clock)
-	tr.Lead([]Info{{ID: 1, TTL: time.Second}})
+	tr := testDeadlines(clock)
+	lead(tr, []Info{{ID: 1, TTL: time.Second}})
 	clock.Advance(900 * time.Millisecond)
 	tr.Follow()
 	clock.Advance(900 * time.Millisecond) // the election
-	tr.Lead([]Info{{ID: 1, TTL: time.Second}})
+	lead(tr, []Info{{ID: 1, TTL: time.Second}})
 	clock.Advance(990 * time.Millisecond)
 	if due := tr.Due(clock.Now()); len(due) != 0 {
 		t.Fatalf("expired within a TTL of the new term: %v", due)
@@ -126,6 +126,16 @@ func (r *recorder) seen() []uint64 {
 	return slices.Clone(r.calls)
 }
 
+// newTable is a deadline table with cfg's defaults filled in.
+func newTable(cfg Config) *deadlines { return newDeadlines(cfg.withDefaults()) }
+
+// lead makes tr lead with sessions, as a Lead whose barrier succeeded.
+func lead(tr *deadlines, sessions []Info) {
+	if !tr.arm(tr.begin(), sessions) {
+		panic("arm refused right after begin")
+	}
+}
+
 func waitFor(t *testing.T, d time.Duration, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(d)
@@ -140,11 +150,11 @@ func waitFor(t *testing.T, d time.Duration, cond func() bool) {
 func TestRunProposesExpiryAndRetries(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	rec := &recorder{fail: 2}
-	tr := New(Config{Tick: 5 * time.Millisecond, Expirer: rec})
+	tr := newTable(Config{Tick: 5 * time.Millisecond, Expirer: rec})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { tr.Run(ctx); close(done) }()
-	tr.Lead([]Info{{ID: 3, TTL: 50 * time.Millisecond}, {ID: 4, TTL: time.Hour}})
+	lead(tr, []Info{{ID: 3, TTL: 50 * time.Millisecond}, {ID: 4, TTL: time.Hour}})
 	waitFor(t, 5*time.Second, func() bool { return len(rec.seen()) >= 3 })
 	if calls := rec.seen(); !slices.Equal(calls, []uint64{3, 3, 3}) {
 		t.Fatalf("expiry calls %v: want session 3 tried until it succeeded", calls)
@@ -154,7 +164,7 @@ func TestRunProposesExpiryAndRetries(t *testing.T) {
 	}
 	cancel()
 	<-done
-	if tr.Leading() {
+	if tr.current() == leading {
 		t.Fatal("Run ended but the tracker still leads")
 	}
 }
@@ -163,11 +173,11 @@ func TestRunProposesExpiryAndRetries(t *testing.T) {
 func TestFollowStopsRetries(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	rec := &recorder{fail: 1 << 30}
-	tr := New(Config{Tick: 5 * time.Millisecond, Expirer: rec})
+	tr := newTable(Config{Tick: 5 * time.Millisecond, Expirer: rec})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { tr.Run(ctx); close(done) }()
-	tr.Lead([]Info{{ID: 9, TTL: 20 * time.Millisecond}})
+	lead(tr, []Info{{ID: 9, TTL: 20 * time.Millisecond}})
 	waitFor(t, 5*time.Second, func() bool { return len(rec.seen()) >= 2 })
 	tr.Follow()
 	// Run stops, and goleak (deferred) checks that the retrying expiry
@@ -180,9 +190,9 @@ func TestFollowStopsRetries(t *testing.T) {
 // before the deadline, and never lost because a slot was visited early.
 func TestDeadlineInsideATickFiresOnce(t *testing.T) {
 	clock := &fakeClock{t: time.Unix(1000, 0)}
-	tr := New(Config{Tick: 100 * time.Millisecond, Now: clock.Now, Expirer: &recorder{}})
-	tr.Lead([]Info{{ID: 1, TTL: 1050 * time.Millisecond}}) // due at 1001.05
-	clock.Advance(1010 * time.Millisecond)                 // 1001.01, same tick
+	tr := newTable(Config{Tick: 100 * time.Millisecond, Now: clock.Now, Expirer: &recorder{}})
+	lead(tr, []Info{{ID: 1, TTL: 1050 * time.Millisecond}}) // due at 1001.05
+	clock.Advance(1010 * time.Millisecond)                  // 1001.01, same tick
 	if due := tr.Due(clock.Now()); len(due) != 0 {
 		t.Fatalf("expired before its deadline: %v", due)
 	}

@@ -1,0 +1,193 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+)
+
+// ErrNotLeading: neither this node nor a leader it could reach renewed the
+// session. A heartbeat that gets it is not acknowledged.
+var ErrNotLeading = errors.New("no leader could renew the session")
+
+// Expirer proposes an ExpireSession entry and returns once it is applied.
+type Expirer interface {
+	Expire(ctx context.Context, session uint64) error
+}
+
+// Replica is this node's copy of the log, as a new leader's re-arm needs it.
+type Replica interface {
+	// Barrier returns nil once this node, confirmed leader after the call
+	// started, has applied every entry committed before it.
+	Barrier(ctx context.Context) error
+	// Sessions lists the sessions open in the applied state.
+	Sessions() []Info
+}
+
+// Forwarder carries a follower's heartbeats to the leader.
+type Forwarder interface {
+	// Touch asks the leader to renew the sessions ids and returns those it
+	// does not know (ended). An error means none was renewed.
+	Touch(ctx context.Context, ids []uint64) (unknown []uint64, err error)
+}
+
+// Info is a session as the applied state has it: its id and TTL (the
+// client's; Liveness adds the grace).
+type Info struct {
+	ID  uint64
+	TTL time.Duration
+}
+
+// Config configures a Liveness.
+type Config struct {
+	Expirer   Expirer
+	Replica   Replica
+	Forwarder Forwarder
+	// Tick is the resolution of deadlines (default 50ms): a session expires
+	// between its deadline and one tick later.
+	Tick time.Duration
+	// Flush is how long a follower gathers heartbeats before it forwards
+	// them in one call (default 20ms).
+	Flush  time.Duration
+	Logger hclog.Logger
+	// Now is the clock the deadlines are read on (default time.Now); tests
+	// replace it. Timers run on the runtime's clock.
+	Now func() time.Time
+}
+
+// The re-arm's read barrier: each attempt is bounded, and a failed one is
+// retried after a pause, for as long as the term lasts.
+const (
+	barrierTimeout = 5 * time.Second
+	barrierRetry   = 100 * time.Millisecond
+)
+
+// Liveness keeps sessions alive on this node: the leader's deadlines, the
+// re-arm after a change of leader and the heartbeat path (DESIGN.md).
+type Liveness struct {
+	cfg   Config
+	t     *deadlines
+	batch *batcher
+}
+
+// New returns a Liveness that is following. Call Run to drive it.
+func New(cfg Config) *Liveness {
+	cfg = cfg.withDefaults()
+	return &Liveness{cfg: cfg, t: newDeadlines(cfg), batch: newBatcher(cfg.Forwarder, cfg.Flush)}
+}
+
+func (cfg Config) withDefaults() Config {
+	if cfg.Tick <= 0 {
+		cfg.Tick = 50 * time.Millisecond
+	}
+	if cfg.Flush <= 0 {
+		cfg.Flush = 20 * time.Millisecond
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return cfg
+}
+
+// Run fires deadlines and forwards heartbeats until ctx ends; then it
+// follows, and heartbeats waiting to be forwarded fail.
+func (l *Liveness) Run(ctx context.Context) {
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); l.t.Run(ctx) }()
+	go func() { defer wg.Done(); l.batch.run(ctx) }()
+	wg.Wait()
+}
+
+// Lead is called when this node gains leadership, with a context that ends
+// with the term. It runs the read barrier until it succeeds, then re-arms
+// every session of the applied state with a full Expiry(TTL) from now, and
+// returns nil. Until then this node renews nothing and expires nothing. It
+// returns an error, and arms nothing, if the term ends first (ctx, or a
+// Follow).
+func (l *Liveness) Lead(ctx context.Context) error {
+	epoch := l.t.begin()
+	// The caller ends ctx before it calls Follow, so begin may have come
+	// after the Follow that ended this term: then ctx tells, and the term
+	// is given up at once rather than left re-arming.
+	err := ctx.Err()
+	if err == nil {
+		err = l.rearm(ctx, epoch)
+	}
+	if err != nil {
+		l.t.abandon(epoch)
+	}
+	return err
+}
+
+func (l *Liveness) rearm(ctx context.Context, epoch uint64) error {
+	for {
+		bctx, cancel := context.WithTimeout(ctx, barrierTimeout)
+		err := l.cfg.Replica.Barrier(bctx)
+		cancel()
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		l.cfg.Logger.Warn("new leader: read barrier failed; retrying", "error", err)
+		if !sleep(ctx, barrierRetry) {
+			return ctx.Err()
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	infos := l.cfg.Replica.Sessions()
+	for i := range infos {
+		infos[i].TTL = Expiry(infos[i].TTL)
+	}
+	if !l.t.arm(epoch, infos) {
+		return errors.New("the term ended before the sessions were re-armed")
+	}
+	return nil
+}
+
+// Follow is called on every change of leadership: every deadline is
+// dropped, pending expiries stop, and a Lead under way arms nothing.
+func (l *Liveness) Follow() { l.t.Follow() }
+
+// Opened arms a session that an applied OpenSession opened, with a full
+// Expiry(ttl) (on the leader; ignored on a follower).
+func (l *Liveness) Opened(id uint64, ttl time.Duration) { l.t.Opened(id, Expiry(ttl)) }
+
+// Ended forgets a session that an applied entry closed or expired.
+func (l *Liveness) Ended(id uint64) { l.t.Ended(id) }
+
+// Heartbeat renews session id for a heartbeat received here: on the leader
+// at once, elsewhere through the leader (batched, see DESIGN.md). known is
+// false when the session has ended. err is ErrNotLeading when no leader
+// renewed it (among them a leader that has not re-armed yet: no answer
+// rather than a wrong one), or the error of ctx.
+func (l *Liveness) Heartbeat(ctx context.Context, id uint64) (known bool, err error) {
+	switch unknown, st := l.t.Touch(id); st {
+	case leading:
+		return len(unknown) == 0, nil
+	case arming:
+		return true, ErrNotLeading
+	}
+	return l.batch.touch(ctx, id)
+}
+
+// Renew is the leader's end of a forwarded batch: it renews the sessions
+// ids and returns those it does not know, or ErrNotLeading when this node
+// does not hold the deadlines (a follower, or a leader still re-arming).
+func (l *Liveness) Renew(ids ...uint64) (unknown []uint64, err error) {
+	unknown, st := l.t.Touch(ids...)
+	if st != leading {
+		return nil, ErrNotLeading
+	}
+	return unknown, nil
+}
