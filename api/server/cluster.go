@@ -41,12 +41,24 @@ func (s *Server) grpcAddrOf(id string) string {
 	return ""
 }
 
-func (s *Server) Members(ctx context.Context, _ *pb.MembersRequest) (*pb.MembersResponse, error) {
-	node := s.replica()
-	if node == nil {
+// Members lists the raft configuration with the member directory's
+// addresses and, from the leader, what its probes saw of each member
+// (probe.go). A follower forwards the call to the leader; if no leader
+// answers, it lists the configuration as it knows it, unprobed.
+func (s *Server) Members(ctx context.Context, req *pb.MembersRequest) (*pb.MembersResponse, error) {
+	r := s.replica()
+	if r == nil {
 		return nil, toStatus(fmt.Errorf("%w: node is starting", rpcerr.ErrNotReady))
 	}
-	ms, err := node.Members()
+	if !r.IsLeader() {
+		resp, err := forward(s, ctx, s.notLeader(), func(ctx context.Context, cc *grpc.ClientConn) (*pb.MembersResponse, error) {
+			return pb.NewClusterClient(cc).Members(ctx, req)
+		})
+		if err == nil {
+			return resp, nil
+		}
+	}
+	ms, err := r.Members()
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -54,10 +66,15 @@ func (s *Server) Members(ctx context.Context, _ *pb.MembersRequest) (*pb.Members
 	for _, m := range s.m.Members() {
 		dir[m.ID] = m
 	}
+	leading := r.IsLeader()
 	out := &pb.MembersResponse{}
 	for _, m := range ms {
 		d := dir[m.ID]
-		out.Members = append(out.Members, &pb.Member{Id: m.ID, RaftAddr: m.Addr, GrpcAddr: d.GRPCAddr, HttpAddr: d.HTTPAddr, Suffrage: m.Suffrage, Leader: m.Leader})
+		pm := &pb.Member{Id: m.ID, RaftAddr: m.Addr, GrpcAddr: d.GRPCAddr, HttpAddr: d.HTTPAddr, Suffrage: m.Suffrage, Leader: m.Leader}
+		if leading {
+			s.describe(pm)
+		}
+		out.Members = append(out.Members, pm)
 	}
 	return out, nil
 }

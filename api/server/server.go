@@ -64,6 +64,9 @@ type Config struct {
 	// in encoded bytes (default DefaultStreamBacklogBytes); a stream that
 	// falls further behind is cut and its client resynchronises.
 	StreamBacklogBytes int
+	// ProbeInterval is how often the leader probes each member's API for
+	// Members' reachability and lag (default 1s).
+	ProbeInterval time.Duration
 	// Observer hears of the requests this node proposed, for the acquire
 	// and hand-off latency metrics (default: nothing).
 	Observer Observer
@@ -97,6 +100,7 @@ type Server struct {
 	nsRate  *rateLimiter[string] // per namespace, on the leader
 	refusal *rateLimiter[string] // paces a namespace's limit refusals
 	gate    gate                 // admit.go
+	probes  prober               // probe.go
 	log     hclog.Logger
 	done    chan struct{} // closed when Run returns: streams end
 }
@@ -160,10 +164,11 @@ func (s *Server) Register(g *grpc.Server) {
 func (s *Server) Run(ctx context.Context, node Replica) {
 	s.node.Store(&replicaCell{node})
 	var wg sync.WaitGroup
-	wg.Add(3)
+	wg.Add(4)
 	go func() { defer wg.Done(); s.live.Run(ctx) }()
 	go func() { defer wg.Done(); s.followLeadership(ctx) }()
 	go func() { defer wg.Done(); s.register(ctx) }()
+	go func() { defer wg.Done(); s.probeMembers(ctx) }()
 	wg.Wait()
 	close(s.done)
 	s.peers.close()

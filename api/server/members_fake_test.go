@@ -1,0 +1,66 @@
+package server
+
+import (
+	"testing"
+	"time"
+
+	pb "github.com/lockcluster/lockcluster/api/lockclusterv1"
+)
+
+// Members says what the leader sees of each member, wherever it is asked:
+// a follower forwards the call. A member that lags shows its lag; one whose
+// API stops answering shows as unreachable since its last answer, not as a
+// healthy follower.
+func TestMembersShowWhatTheLeaderSees(t *testing.T) {
+	fc := newFakeCluster(t, 3, fakeOptions{configure: func(c *Config) { c.ProbeInterval = 5 * time.Millisecond }})
+	ctx := testCtx(t)
+	members := func(via string) map[string]*pb.Member {
+		t.Helper()
+		r, err := fc.node(via).clus.Members(ctx, &pb.MembersRequest{})
+		if err != nil {
+			t.Fatalf("members via %s: %v", via, err)
+		}
+		out := map[string]*pb.Member{}
+		for _, m := range r.Members {
+			out[m.Id] = m
+		}
+		return out
+	}
+	eventually(t, "every member probed and reachable", func() bool {
+		ms := members("n2")
+		for _, id := range []string{"n1", "n2", "n3"} {
+			if m := ms[id]; m == nil || !m.Probed || !m.Reachable || m.Lag != 0 || m.Version == "" {
+				return false
+			}
+		}
+		return true
+	})
+
+	fc.hold("n3", true)
+	s := fc.node("n1").open(t, "lag")
+	for i := range 3 {
+		if _, err := fc.node("n1").request(ctx, s, "lag", uint64(i+1), "x"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, "n3's lag of 4 entries", func() bool { return members("n1")["n3"].Lag == 4 })
+	if m := members("n2")["n3"]; !m.Reachable || m.AppliedIndex+4 != uint64(fc.entries()) {
+		t.Fatalf("a lagging member: %v: want reachable, 4 behind the log's %d entries", m, fc.entries())
+	}
+
+	fc.node("n3").down.Store(true)
+	eventually(t, "n3 unreachable", func() bool { return !members("n1")["n3"].Reachable })
+	fc.clock.Advance(12 * time.Second)
+	ms := members("n2")
+	if m := ms["n3"]; !m.Probed || m.Reachable || m.SinceContact.AsDuration() < 12*time.Second {
+		t.Fatalf("a member whose API stopped: %v: want unreachable for at least 12s", m)
+	}
+	for _, id := range []string{"n1", "n2"} {
+		if m := ms[id]; !m.Reachable {
+			t.Fatalf("%s: %v: want reachable", id, m)
+		}
+	}
+	if !ms["n1"].Leader || ms["n1"].Lag != 0 {
+		t.Fatalf("the leader: %v", ms["n1"])
+	}
+}
