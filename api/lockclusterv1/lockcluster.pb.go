@@ -361,7 +361,7 @@ func (x Event_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Event_Kind.Descriptor instead.
 func (Event_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_lockcluster_proto_rawDescGZIP(), []int{11, 0}
+	return file_lockcluster_proto_rawDescGZIP(), []int{14, 0}
 }
 
 type OpenSessionRequest struct {
@@ -618,6 +618,7 @@ type SessionUp struct {
 	//
 	//	*SessionUp_Attach
 	//	*SessionUp_Heartbeat
+	//	*SessionUp_Call
 	Kind          isSessionUp_Kind `protobuf_oneof:"kind"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -678,6 +679,15 @@ func (x *SessionUp) GetHeartbeat() *Heartbeat {
 	return nil
 }
 
+func (x *SessionUp) GetCall() *StreamCall {
+	if x != nil {
+		if x, ok := x.Kind.(*SessionUp_Call); ok {
+			return x.Call
+		}
+	}
+	return nil
+}
+
 type isSessionUp_Kind interface {
 	isSessionUp_Kind()
 }
@@ -690,9 +700,322 @@ type SessionUp_Heartbeat struct {
 	Heartbeat *Heartbeat `protobuf:"bytes,2,opt,name=heartbeat,proto3,oneof"`
 }
 
+type SessionUp_Call struct {
+	// A write of the stream's session, carried on the stream instead of a
+	// unary call (only once the Synced said calls is true).
+	Call *StreamCall `protobuf:"bytes,3,opt,name=call,proto3,oneof"`
+}
+
 func (*SessionUp_Attach) isSessionUp_Kind() {}
 
 func (*SessionUp_Heartbeat) isSessionUp_Kind() {}
+
+func (*SessionUp_Call) isSessionUp_Kind() {}
+
+// StreamCall is a Request, Release or Abort of the stream's own session
+// (same namespace and session id as the attach), answered by a CallReply
+// with the same id. Calls on one stream run concurrently, as unary calls
+// would; a stream that ends leaves its calls' outcomes unknown, and the
+// client retries them (the request ids make retries safe).
+type StreamCall struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Types that are valid to be assigned to Call:
+	//
+	//	*StreamCall_Request
+	//	*StreamCall_Release
+	//	*StreamCall_Abort
+	Call          isStreamCall_Call `protobuf_oneof:"call"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StreamCall) Reset() {
+	*x = StreamCall{}
+	mi := &file_lockcluster_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StreamCall) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StreamCall) ProtoMessage() {}
+
+func (x *StreamCall) ProtoReflect() protoreflect.Message {
+	mi := &file_lockcluster_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StreamCall.ProtoReflect.Descriptor instead.
+func (*StreamCall) Descriptor() ([]byte, []int) {
+	return file_lockcluster_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *StreamCall) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *StreamCall) GetCall() isStreamCall_Call {
+	if x != nil {
+		return x.Call
+	}
+	return nil
+}
+
+func (x *StreamCall) GetRequest() *LockRequest {
+	if x != nil {
+		if x, ok := x.Call.(*StreamCall_Request); ok {
+			return x.Request
+		}
+	}
+	return nil
+}
+
+func (x *StreamCall) GetRelease() *ReleaseRequest {
+	if x != nil {
+		if x, ok := x.Call.(*StreamCall_Release); ok {
+			return x.Release
+		}
+	}
+	return nil
+}
+
+func (x *StreamCall) GetAbort() *AbortRequest {
+	if x != nil {
+		if x, ok := x.Call.(*StreamCall_Abort); ok {
+			return x.Abort
+		}
+	}
+	return nil
+}
+
+type isStreamCall_Call interface {
+	isStreamCall_Call()
+}
+
+type StreamCall_Request struct {
+	Request *LockRequest `protobuf:"bytes,2,opt,name=request,proto3,oneof"`
+}
+
+type StreamCall_Release struct {
+	Release *ReleaseRequest `protobuf:"bytes,3,opt,name=release,proto3,oneof"`
+}
+
+type StreamCall_Abort struct {
+	Abort *AbortRequest `protobuf:"bytes,4,opt,name=abort,proto3,oneof"`
+}
+
+func (*StreamCall_Request) isStreamCall_Call() {}
+
+func (*StreamCall_Release) isStreamCall_Call() {}
+
+func (*StreamCall_Abort) isStreamCall_Call() {}
+
+// CallReply answers the StreamCall of the same id: the response the unary
+// call would have had, or its error.
+type CallReply struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Types that are valid to be assigned to Reply:
+	//
+	//	*CallReply_Request
+	//	*CallReply_Release
+	//	*CallReply_Abort
+	//	*CallReply_Error
+	Reply         isCallReply_Reply `protobuf_oneof:"reply"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CallReply) Reset() {
+	*x = CallReply{}
+	mi := &file_lockcluster_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CallReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CallReply) ProtoMessage() {}
+
+func (x *CallReply) ProtoReflect() protoreflect.Message {
+	mi := &file_lockcluster_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CallReply.ProtoReflect.Descriptor instead.
+func (*CallReply) Descriptor() ([]byte, []int) {
+	return file_lockcluster_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *CallReply) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *CallReply) GetReply() isCallReply_Reply {
+	if x != nil {
+		return x.Reply
+	}
+	return nil
+}
+
+func (x *CallReply) GetRequest() *LockResponse {
+	if x != nil {
+		if x, ok := x.Reply.(*CallReply_Request); ok {
+			return x.Request
+		}
+	}
+	return nil
+}
+
+func (x *CallReply) GetRelease() *ReleaseResponse {
+	if x != nil {
+		if x, ok := x.Reply.(*CallReply_Release); ok {
+			return x.Release
+		}
+	}
+	return nil
+}
+
+func (x *CallReply) GetAbort() *AbortResponse {
+	if x != nil {
+		if x, ok := x.Reply.(*CallReply_Abort); ok {
+			return x.Abort
+		}
+	}
+	return nil
+}
+
+func (x *CallReply) GetError() *CallError {
+	if x != nil {
+		if x, ok := x.Reply.(*CallReply_Error); ok {
+			return x.Error
+		}
+	}
+	return nil
+}
+
+type isCallReply_Reply interface {
+	isCallReply_Reply()
+}
+
+type CallReply_Request struct {
+	Request *LockResponse `protobuf:"bytes,2,opt,name=request,proto3,oneof"`
+}
+
+type CallReply_Release struct {
+	Release *ReleaseResponse `protobuf:"bytes,3,opt,name=release,proto3,oneof"`
+}
+
+type CallReply_Abort struct {
+	Abort *AbortResponse `protobuf:"bytes,4,opt,name=abort,proto3,oneof"`
+}
+
+type CallReply_Error struct {
+	Error *CallError `protobuf:"bytes,5,opt,name=error,proto3,oneof"`
+}
+
+func (*CallReply_Request) isCallReply_Reply() {}
+
+func (*CallReply_Release) isCallReply_Reply() {}
+
+func (*CallReply_Abort) isCallReply_Reply() {}
+
+func (*CallReply_Error) isCallReply_Reply() {}
+
+// CallError is a gRPC status as a unary call would have returned it: its
+// code, message, and the ErrorInfo's reason and metadata.
+type CallError struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Code          int32                  `protobuf:"varint,1,opt,name=code,proto3" json:"code,omitempty"`
+	Message       string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	Reason        ErrorReason            `protobuf:"varint,3,opt,name=reason,proto3,enum=lockcluster.v1.ErrorReason" json:"reason,omitempty"`
+	Metadata      map[string]string      `protobuf:"bytes,4,rep,name=metadata,proto3" json:"metadata,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CallError) Reset() {
+	*x = CallError{}
+	mi := &file_lockcluster_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CallError) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CallError) ProtoMessage() {}
+
+func (x *CallError) ProtoReflect() protoreflect.Message {
+	mi := &file_lockcluster_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CallError.ProtoReflect.Descriptor instead.
+func (*CallError) Descriptor() ([]byte, []int) {
+	return file_lockcluster_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *CallError) GetCode() int32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+func (x *CallError) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *CallError) GetReason() ErrorReason {
+	if x != nil {
+		return x.Reason
+	}
+	return ErrorReason_ERROR_REASON_UNSPECIFIED
+}
+
+func (x *CallError) GetMetadata() map[string]string {
+	if x != nil {
+		return x.Metadata
+	}
+	return nil
+}
 
 // Attach binds the stream to a session.
 type Attach struct {
@@ -711,7 +1034,7 @@ type Attach struct {
 
 func (x *Attach) Reset() {
 	*x = Attach{}
-	mi := &file_lockcluster_proto_msgTypes[5]
+	mi := &file_lockcluster_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -723,7 +1046,7 @@ func (x *Attach) String() string {
 func (*Attach) ProtoMessage() {}
 
 func (x *Attach) ProtoReflect() protoreflect.Message {
-	mi := &file_lockcluster_proto_msgTypes[5]
+	mi := &file_lockcluster_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -736,7 +1059,7 @@ func (x *Attach) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Attach.ProtoReflect.Descriptor instead.
 func (*Attach) Descriptor() ([]byte, []int) {
-	return file_lockcluster_proto_rawDescGZIP(), []int{5}
+	return file_lockcluster_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Attach) GetNamespace() string {
@@ -777,7 +1100,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_lockcluster_proto_msgTypes[6]
+	mi := &file_lockcluster_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -789,7 +1112,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_lockcluster_proto_msgTypes[6]
+	mi := &file_lockcluster_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -802,7 +1125,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_lockcluster_proto_rawDescGZIP(), []int{6}
+	return file_lockcluster_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Heartbeat) GetId() uint64 {
@@ -819,6 +1142,7 @@ type SessionDown struct {
 	//	*SessionDown_Synced
 	//	*SessionDown_Event
 	//	*SessionDown_HeartbeatAck
+	//	*SessionDown_Reply
 	Kind          isSessionDown_Kind `protobuf_oneof:"kind"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -826,7 +1150,7 @@ type SessionDown struct {
 
 func (x *SessionDown) Reset() {
 	*x = SessionDown{}
-	mi := &file_lockcluster_proto_msgTypes[7]
+	mi := &file_lockcluster_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -838,7 +1162,7 @@ func (x *SessionDown) String() string {
 func (*SessionDown) ProtoMessage() {}
 
 func (x *SessionDown) ProtoReflect() protoreflect.Message {
-	mi := &file_lockcluster_proto_msgTypes[7]
+	mi := &file_lockcluster_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -851,7 +1175,7 @@ func (x *SessionDown) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionDown.ProtoReflect.Descriptor instead.
 func (*SessionDown) Descriptor() ([]byte, []int) {
-	return file_lockcluster_proto_rawDescGZIP(), []int{7}
+	return file_lockcluster_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *SessionDown) GetKind() isSessionDown_Kind {
@@ -888,6 +1212,15 @@ func (x *SessionDown) GetHeartbeatAck() *HeartbeatAck {
 	return nil
 }
 
+func (x *SessionDown) GetReply() *CallReply {
+	if x != nil {
+		if x, ok := x.Kind.(*SessionDown_Reply); ok {
+			return x.Reply
+		}
+	}
+	return nil
+}
+
 type isSessionDown_Kind interface {
 	isSessionDown_Kind()
 }
@@ -904,27 +1237,35 @@ type SessionDown_HeartbeatAck struct {
 	HeartbeatAck *HeartbeatAck `protobuf:"bytes,3,opt,name=heartbeat_ack,json=heartbeatAck,proto3,oneof"`
 }
 
+type SessionDown_Reply struct {
+	Reply *CallReply `protobuf:"bytes,4,opt,name=reply,proto3,oneof"`
+}
+
 func (*SessionDown_Synced) isSessionDown_Kind() {}
 
 func (*SessionDown_Event) isSessionDown_Kind() {}
 
 func (*SessionDown_HeartbeatAck) isSessionDown_Kind() {}
 
+func (*SessionDown_Reply) isSessionDown_Kind() {}
+
 // Synced is where every request of the session stands at index; Events
 // with seq above event_seq follow.
 type Synced struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Index         uint64                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
-	EventSeq      uint64                 `protobuf:"varint,2,opt,name=event_seq,json=eventSeq,proto3" json:"event_seq,omitempty"`
-	Requests      []*RequestState        `protobuf:"bytes,3,rep,name=requests,proto3" json:"requests,omitempty"`
-	Ttl           *durationpb.Duration   `protobuf:"bytes,4,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Index    uint64                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	EventSeq uint64                 `protobuf:"varint,2,opt,name=event_seq,json=eventSeq,proto3" json:"event_seq,omitempty"`
+	Requests []*RequestState        `protobuf:"bytes,3,rep,name=requests,proto3" json:"requests,omitempty"`
+	Ttl      *durationpb.Duration   `protobuf:"bytes,4,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	// The node takes StreamCalls on this stream.
+	Calls         bool `protobuf:"varint,5,opt,name=calls,proto3" json:"calls,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Synced) Reset() {
 	*x = Synced{}
-	mi := &file_lockcluster_proto_msgTypes[8]
+	mi := &file_lockcluster_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -936,7 +1277,7 @@ func (x *Synced) String() string {
 func (*Synced) ProtoMessage() {}
 
 func (x *Synced) ProtoReflect() protoreflect.Message {
-	mi := &file_lockcluster_proto_msgTypes[8]
+	mi := &file_lockcluster_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -949,7 +1290,7 @@ func (x *Synced) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Synced.ProtoReflect.Descriptor instead.
 func (*Synced) Descriptor() ([]byte, []int) {
-	return file_lockcluster_proto_rawDescGZIP(), []int{8}
+	return file_lockcluster_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Synced) GetIndex() uint64 {
@@ -980,6 +1321,13 @@ func (x *Synced) GetTtl() *durationpb.Duration {
 	return nil
 }
 
+func (x *Synced) GetCalls() bool {
+	if x != nil {
+		return x.Calls
+	}
+	return false
+}
+
 type RequestState struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	RequestId     uint64                 `protobuf:"varint,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
@@ -996,7 +1344,7 @@ type RequestState struct {
 
 func (x *RequestState) Reset() {
 	*x = RequestState{}
-	mi := &file_lockcluster_proto_msgTypes[9]
+	mi := &file_lockcluster_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1008,7 +1356,7 @@ func (x *RequestState) String() string {
 func (*RequestState) ProtoMessage() {}
 
 func (x *RequestState) ProtoReflect() protoreflect.Message {
-	mi := &file_lockcluster_proto_msgTypes[9]
+	mi := &file_lockcluster_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1021,7 +1369,7 @@ func (x *RequestState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestState.ProtoReflect.Descriptor instead.
 func (*RequestState) Descriptor() ([]byte, []int) {
-	return file_lockcluster_proto_rawDescGZIP(), []int{9}
+	return file_lockcluster_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RequestState) GetRequestId() uint64 {
@@ -1091,7 +1439,7 @@ type HeartbeatAck struct {
 
 func (x *HeartbeatAck) Reset() {
 	*x = HeartbeatAck{}
-	mi := &file_lockcluster_proto_msgTypes[10]
+	mi := &file_lockcluster_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1103,7 +1451,7 @@ func (x *HeartbeatAck) String() string {
 func (*HeartbeatAck) ProtoMessage() {}
 
 func (x *HeartbeatAck) ProtoReflect() protoreflect.Message {
-	mi := &file_lockcluster_proto_msgTypes[10]
+	mi := &file_lockcluster_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1116,7 +1464,7 @@ func (x *HeartbeatAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatAck.ProtoReflect.Descriptor instead.
 func (*HeartbeatAck) Descriptor() ([]byte, []int) {
-	return file_lockcluster_proto_rawDescGZIP(), []int{10}
+	return file_lockcluster_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *HeartbeatAck) GetId() uint64 {
@@ -1146,7 +1494,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_lockcluster_proto_msgTypes[11]
+	mi := &file_lockcluster_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1158,7 +1506,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_lockcluster_proto_msgTypes[11]
+	mi := &file_lockcluster_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1171,7 +1519,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_lockcluster_proto_rawDescGZIP(), []int{11}
+	return file_lockcluster_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Event) GetSeq() uint64 {
@@ -1267,7 +1615,7 @@ type LockRequest struct {
 
 func (x *LockRequest) Reset() {
 	*x = LockRequest{}
-	mi := &file_lockcluster_proto_msgTypes[12]
+	mi := &file_lockcluster_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1279,7 +1627,7 @@ func (x *LockRequest) String() string {
 func (*LockRequest) ProtoMessage() {}
 
 func (x *LockRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockcluster_proto_msgTypes[12]
+	mi := &file_lockcluster_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1292,7 +1640,7 @@ func (x *LockRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockRequest.ProtoReflect.Descriptor instead.
 func (*LockRequest) Descriptor() ([]byte, []int) {
-	return file_lockcluster_proto_rawDescGZIP(), []int{12}
+	return file_lockcluster_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *LockRequest) GetNamespace() string {
@@ -1382,7 +1730,7 @@ type LockResponse struct {
 
 func (x *LockResponse) Reset() {
 	*x = LockResponse{}
-	mi := &file_lockcluster_proto_msgTypes[13]
+	mi := &file_lockcluster_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1394,7 +1742,7 @@ func (x *LockResponse) String() string {
 func (*LockResponse) ProtoMessage() {}
 
 func (x *LockResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockcluster_proto_msgTypes[13]
+	mi := &file_lockcluster_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1407,7 +1755,7 @@ func (x *LockResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockResponse.ProtoReflect.Descriptor instead.
 func (*LockResponse) Descriptor() ([]byte, []int) {
-	return file_lockcluster_proto_rawDescGZIP(), []int{13}
+	return file_lockcluster_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *LockResponse) GetStatus() Status {
@@ -1476,7 +1824,7 @@ type ReleaseRequest struct {
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_lockcluster_proto_msgTypes[14]
+	mi := &file_lockcluster_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1488,7 +1836,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockcluster_proto_msgTypes[14]
+	mi := &file_lockcluster_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1501,7 +1849,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_lockcluster_proto_rawDescGZIP(), []int{14}
+	return file_lockcluster_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ReleaseRequest) GetNamespace() string {
@@ -1558,7 +1906,7 @@ type ReleaseResponse struct {
 
 func (x *ReleaseResponse) Reset() {
 	*x = ReleaseResponse{}
-	mi := &file_lockcluster_proto_msgTypes[15]
+	mi := &file_lockcluster_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1570,7 +1918,7 @@ func (x *ReleaseResponse) String() string {
 func (*ReleaseResponse) ProtoMessage() {}
 
 func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockcluster_proto_msgTypes[15]
+	mi := &file_lockcluster_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1583,7 +1931,7 @@ func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_lockcluster_proto_rawDescGZIP(), []int{15}
+	return file_lockcluster_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ReleaseResponse) GetStatus() Status {
@@ -1631,7 +1979,7 @@ type AbortRequest struct {
 
 func (x *AbortRequest) Reset() {
 	*x = AbortRequest{}
-	mi := &file_lockcluster_proto_msgTypes[16]
+	mi := &file_lockcluster_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1643,7 +1991,7 @@ func (x *AbortRequest) String() string {
 func (*AbortRequest) ProtoMessage() {}
 
 func (x *AbortRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockcluster_proto_msgTypes[16]
+	mi := &file_lockcluster_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1656,7 +2004,7 @@ func (x *AbortRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortRequest.ProtoReflect.Descriptor instead.
 func (*AbortRequest) Descriptor() ([]byte, []int) {
-	return file_lockcluster_proto_rawDescGZIP(), []int{16}
+	return file_lockcluster_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *AbortRequest) GetNamespace() string {
@@ -1717,7 +2065,7 @@ type AbortResponse struct {
 
 func (x *AbortResponse) Reset() {
 	*x = AbortResponse{}
-	mi := &file_lockcluster_proto_msgTypes[17]
+	mi := &file_lockcluster_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1729,7 +2077,7 @@ func (x *AbortResponse) String() string {
 func (*AbortResponse) ProtoMessage() {}
 
 func (x *AbortResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockcluster_proto_msgTypes[17]
+	mi := &file_lockcluster_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1742,7 +2090,7 @@ func (x *AbortResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortResponse.ProtoReflect.Descriptor instead.
 func (*AbortResponse) Descriptor() ([]byte, []int) {
-	return file_lockcluster_proto_rawDescGZIP(), []int{17}
+	return file_lockcluster_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *AbortResponse) GetStatus() Status {
@@ -1796,7 +2144,7 @@ type QueryRequest struct {
 
 func (x *QueryRequest) Reset() {
 	*x = QueryRequest{}
-	mi := &file_lockcluster_proto_msgTypes[18]
+	mi := &file_lockcluster_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1808,7 +2156,7 @@ func (x *QueryRequest) String() string {
 func (*QueryRequest) ProtoMessage() {}
 
 func (x *QueryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockcluster_proto_msgTypes[18]
+	mi := &file_lockcluster_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1821,7 +2169,7 @@ func (x *QueryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueryRequest.ProtoReflect.Descriptor instead.
 func (*QueryRequest) Descriptor() ([]byte, []int) {
-	return file_lockcluster_proto_rawDescGZIP(), []int{18}
+	return file_lockcluster_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *QueryRequest) GetNamespace() string {
@@ -1844,7 +2192,7 @@ type QueryResponse struct {
 
 func (x *QueryResponse) Reset() {
 	*x = QueryResponse{}
-	mi := &file_lockcluster_proto_msgTypes[19]
+	mi := &file_lockcluster_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1856,7 +2204,7 @@ func (x *QueryResponse) String() string {
 func (*QueryResponse) ProtoMessage() {}
 
 func (x *QueryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockcluster_proto_msgTypes[19]
+	mi := &file_lockcluster_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1869,7 +2217,7 @@ func (x *QueryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueryResponse.ProtoReflect.Descriptor instead.
 func (*QueryResponse) Descriptor() ([]byte, []int) {
-	return file_lockcluster_proto_rawDescGZIP(), []int{19}
+	return file_lockcluster_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *QueryResponse) GetHeld() []*LockInfo {
@@ -1910,7 +2258,7 @@ type LockInfo struct {
 
 func (x *LockInfo) Reset() {
 	*x = LockInfo{}
-	mi := &file_lockcluster_proto_msgTypes[20]
+	mi := &file_lockcluster_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1922,7 +2270,7 @@ func (x *LockInfo) String() string {
 func (*LockInfo) ProtoMessage() {}
 
 func (x *LockInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_lockcluster_proto_msgTypes[20]
+	mi := &file_lockcluster_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1935,7 +2283,7 @@ func (x *LockInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockInfo.ProtoReflect.Descriptor instead.
 func (*LockInfo) Descriptor() ([]byte, []int) {
-	return file_lockcluster_proto_rawDescGZIP(), []int{20}
+	return file_lockcluster_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *LockInfo) GetName() string {
@@ -2009,7 +2357,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_lockcluster_proto_msgTypes[21]
+	mi := &file_lockcluster_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2021,7 +2369,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockcluster_proto_msgTypes[21]
+	mi := &file_lockcluster_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2034,7 +2382,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_lockcluster_proto_rawDescGZIP(), []int{21}
+	return file_lockcluster_proto_rawDescGZIP(), []int{24}
 }
 
 type StatusResponse struct {
@@ -2058,7 +2406,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_lockcluster_proto_msgTypes[22]
+	mi := &file_lockcluster_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2070,7 +2418,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockcluster_proto_msgTypes[22]
+	mi := &file_lockcluster_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2083,7 +2431,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_lockcluster_proto_rawDescGZIP(), []int{22}
+	return file_lockcluster_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *StatusResponse) GetNodeId() string {
@@ -2185,7 +2533,7 @@ type MembersRequest struct {
 
 func (x *MembersRequest) Reset() {
 	*x = MembersRequest{}
-	mi := &file_lockcluster_proto_msgTypes[23]
+	mi := &file_lockcluster_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2197,7 +2545,7 @@ func (x *MembersRequest) String() string {
 func (*MembersRequest) ProtoMessage() {}
 
 func (x *MembersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockcluster_proto_msgTypes[23]
+	mi := &file_lockcluster_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2210,7 +2558,7 @@ func (x *MembersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersRequest.ProtoReflect.Descriptor instead.
 func (*MembersRequest) Descriptor() ([]byte, []int) {
-	return file_lockcluster_proto_rawDescGZIP(), []int{23}
+	return file_lockcluster_proto_rawDescGZIP(), []int{26}
 }
 
 type Member struct {
@@ -2241,7 +2589,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_lockcluster_proto_msgTypes[24]
+	mi := &file_lockcluster_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2253,7 +2601,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_lockcluster_proto_msgTypes[24]
+	mi := &file_lockcluster_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2266,7 +2614,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_lockcluster_proto_rawDescGZIP(), []int{24}
+	return file_lockcluster_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Member) GetId() string {
@@ -2362,7 +2710,7 @@ type MembersResponse struct {
 
 func (x *MembersResponse) Reset() {
 	*x = MembersResponse{}
-	mi := &file_lockcluster_proto_msgTypes[25]
+	mi := &file_lockcluster_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2374,7 +2722,7 @@ func (x *MembersResponse) String() string {
 func (*MembersResponse) ProtoMessage() {}
 
 func (x *MembersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockcluster_proto_msgTypes[25]
+	mi := &file_lockcluster_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2387,7 +2735,7 @@ func (x *MembersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersResponse.ProtoReflect.Descriptor instead.
 func (*MembersResponse) Descriptor() ([]byte, []int) {
-	return file_lockcluster_proto_rawDescGZIP(), []int{25}
+	return file_lockcluster_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *MembersResponse) GetMembers() []*Member {
@@ -2409,7 +2757,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_lockcluster_proto_msgTypes[26]
+	mi := &file_lockcluster_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2421,7 +2769,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockcluster_proto_msgTypes[26]
+	mi := &file_lockcluster_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2434,7 +2782,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_lockcluster_proto_rawDescGZIP(), []int{26}
+	return file_lockcluster_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *JoinRequest) GetId() string {
@@ -2473,7 +2821,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_lockcluster_proto_msgTypes[27]
+	mi := &file_lockcluster_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2485,7 +2833,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockcluster_proto_msgTypes[27]
+	mi := &file_lockcluster_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2498,7 +2846,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_lockcluster_proto_rawDescGZIP(), []int{27}
+	return file_lockcluster_proto_rawDescGZIP(), []int{30}
 }
 
 type LeaveRequest struct {
@@ -2510,7 +2858,7 @@ type LeaveRequest struct {
 
 func (x *LeaveRequest) Reset() {
 	*x = LeaveRequest{}
-	mi := &file_lockcluster_proto_msgTypes[28]
+	mi := &file_lockcluster_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2522,7 +2870,7 @@ func (x *LeaveRequest) String() string {
 func (*LeaveRequest) ProtoMessage() {}
 
 func (x *LeaveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockcluster_proto_msgTypes[28]
+	mi := &file_lockcluster_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2535,7 +2883,7 @@ func (x *LeaveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaveRequest.ProtoReflect.Descriptor instead.
 func (*LeaveRequest) Descriptor() ([]byte, []int) {
-	return file_lockcluster_proto_rawDescGZIP(), []int{28}
+	return file_lockcluster_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *LeaveRequest) GetId() string {
@@ -2553,7 +2901,7 @@ type LeaveResponse struct {
 
 func (x *LeaveResponse) Reset() {
 	*x = LeaveResponse{}
-	mi := &file_lockcluster_proto_msgTypes[29]
+	mi := &file_lockcluster_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2565,7 +2913,7 @@ func (x *LeaveResponse) String() string {
 func (*LeaveResponse) ProtoMessage() {}
 
 func (x *LeaveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockcluster_proto_msgTypes[29]
+	mi := &file_lockcluster_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2578,7 +2926,7 @@ func (x *LeaveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaveResponse.ProtoReflect.Descriptor instead.
 func (*LeaveResponse) Descriptor() ([]byte, []int) {
-	return file_lockcluster_proto_rawDescGZIP(), []int{29}
+	return file_lockcluster_proto_rawDescGZIP(), []int{32}
 }
 
 type TouchRequest struct {
@@ -2590,7 +2938,7 @@ type TouchRequest struct {
 
 func (x *TouchRequest) Reset() {
 	*x = TouchRequest{}
-	mi := &file_lockcluster_proto_msgTypes[30]
+	mi := &file_lockcluster_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2602,7 +2950,7 @@ func (x *TouchRequest) String() string {
 func (*TouchRequest) ProtoMessage() {}
 
 func (x *TouchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockcluster_proto_msgTypes[30]
+	mi := &file_lockcluster_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2615,7 +2963,7 @@ func (x *TouchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TouchRequest.ProtoReflect.Descriptor instead.
 func (*TouchRequest) Descriptor() ([]byte, []int) {
-	return file_lockcluster_proto_rawDescGZIP(), []int{30}
+	return file_lockcluster_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *TouchRequest) GetSessionIds() []uint64 {
@@ -2635,7 +2983,7 @@ type TouchResponse struct {
 
 func (x *TouchResponse) Reset() {
 	*x = TouchResponse{}
-	mi := &file_lockcluster_proto_msgTypes[31]
+	mi := &file_lockcluster_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2647,7 +2995,7 @@ func (x *TouchResponse) String() string {
 func (*TouchResponse) ProtoMessage() {}
 
 func (x *TouchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockcluster_proto_msgTypes[31]
+	mi := &file_lockcluster_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2660,12 +3008,201 @@ func (x *TouchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TouchResponse.ProtoReflect.Descriptor instead.
 func (*TouchResponse) Descriptor() ([]byte, []int) {
-	return file_lockcluster_proto_rawDescGZIP(), []int{31}
+	return file_lockcluster_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *TouchResponse) GetUnknown() []uint64 {
 	if x != nil {
 		return x.Unknown
+	}
+	return nil
+}
+
+type SaveSnapshotRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SaveSnapshotRequest) Reset() {
+	*x = SaveSnapshotRequest{}
+	mi := &file_lockcluster_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SaveSnapshotRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SaveSnapshotRequest) ProtoMessage() {}
+
+func (x *SaveSnapshotRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lockcluster_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SaveSnapshotRequest.ProtoReflect.Descriptor instead.
+func (*SaveSnapshotRequest) Descriptor() ([]byte, []int) {
+	return file_lockcluster_proto_rawDescGZIP(), []int{35}
+}
+
+// SnapshotHeader describes the snapshot that follows it.
+type SnapshotHeader struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The Raft index the state is at: every entry up to it is in the state,
+	// none after it. A fencing token in it is at most this.
+	Index uint64 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	// The leader's term when it took the snapshot.
+	Term uint64 `protobuf:"varint,2,opt,name=term,proto3" json:"term,omitempty"`
+	// The number of bytes that follow, and their SHA-256.
+	Size   uint64 `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
+	Sha256 []byte `protobuf:"bytes,4,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	// The leader that took it, and the members then.
+	LeaderId string    `protobuf:"bytes,5,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
+	Members  []*Member `protobuf:"bytes,6,rep,name=members,proto3" json:"members,omitempty"`
+	// The state machine's snapshot format (fsm's "LCKSNAP" version).
+	Format        uint32 `protobuf:"varint,7,opt,name=format,proto3" json:"format,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotHeader) Reset() {
+	*x = SnapshotHeader{}
+	mi := &file_lockcluster_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotHeader) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotHeader) ProtoMessage() {}
+
+func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
+	mi := &file_lockcluster_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotHeader.ProtoReflect.Descriptor instead.
+func (*SnapshotHeader) Descriptor() ([]byte, []int) {
+	return file_lockcluster_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *SnapshotHeader) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *SnapshotHeader) GetTerm() uint64 {
+	if x != nil {
+		return x.Term
+	}
+	return 0
+}
+
+func (x *SnapshotHeader) GetSize() uint64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *SnapshotHeader) GetSha256() []byte {
+	if x != nil {
+		return x.Sha256
+	}
+	return nil
+}
+
+func (x *SnapshotHeader) GetLeaderId() string {
+	if x != nil {
+		return x.LeaderId
+	}
+	return ""
+}
+
+func (x *SnapshotHeader) GetMembers() []*Member {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+func (x *SnapshotHeader) GetFormat() uint32 {
+	if x != nil {
+		return x.Format
+	}
+	return 0
+}
+
+// SnapshotChunk is one message of SaveSnapshot: the first has the header
+// (and no data), every later one a piece of the data, in order.
+type SnapshotChunk struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Header        *SnapshotHeader        `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	Data          []byte                 `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotChunk) Reset() {
+	*x = SnapshotChunk{}
+	mi := &file_lockcluster_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotChunk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotChunk) ProtoMessage() {}
+
+func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
+	mi := &file_lockcluster_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
+func (*SnapshotChunk) Descriptor() ([]byte, []int) {
+	return file_lockcluster_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *SnapshotChunk) GetHeader() *SnapshotHeader {
+	if x != nil {
+		return x.Header
+	}
+	return nil
+}
+
+func (x *SnapshotChunk) GetData() []byte {
+	if x != nil {
+		return x.Data
 	}
 	return nil
 }
@@ -2692,11 +3229,34 @@ const file_lockcluster_proto_rawDesc = "" +
 	"session_id\x18\x02 \x01(\x04R\tsessionId\x12%\n" +
 	"\x0esession_secret\x18\x03 \x01(\fR\rsessionSecret\",\n" +
 	"\x14CloseSessionResponse\x12\x14\n" +
-	"\x05index\x18\x01 \x01(\x04R\x05index\"\x80\x01\n" +
+	"\x05index\x18\x01 \x01(\x04R\x05index\"\xb2\x01\n" +
 	"\tSessionUp\x120\n" +
 	"\x06attach\x18\x01 \x01(\v2\x16.lockcluster.v1.AttachH\x00R\x06attach\x129\n" +
-	"\theartbeat\x18\x02 \x01(\v2\x19.lockcluster.v1.HeartbeatH\x00R\theartbeatB\x06\n" +
-	"\x04kind\"\x89\x01\n" +
+	"\theartbeat\x18\x02 \x01(\v2\x19.lockcluster.v1.HeartbeatH\x00R\theartbeat\x120\n" +
+	"\x04call\x18\x03 \x01(\v2\x1a.lockcluster.v1.StreamCallH\x00R\x04callB\x06\n" +
+	"\x04kind\"\xcf\x01\n" +
+	"\n" +
+	"StreamCall\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x127\n" +
+	"\arequest\x18\x02 \x01(\v2\x1b.lockcluster.v1.LockRequestH\x00R\arequest\x12:\n" +
+	"\arelease\x18\x03 \x01(\v2\x1e.lockcluster.v1.ReleaseRequestH\x00R\arelease\x124\n" +
+	"\x05abort\x18\x04 \x01(\v2\x1c.lockcluster.v1.AbortRequestH\x00R\x05abortB\x06\n" +
+	"\x04call\"\x85\x02\n" +
+	"\tCallReply\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x128\n" +
+	"\arequest\x18\x02 \x01(\v2\x1c.lockcluster.v1.LockResponseH\x00R\arequest\x12;\n" +
+	"\arelease\x18\x03 \x01(\v2\x1f.lockcluster.v1.ReleaseResponseH\x00R\arelease\x125\n" +
+	"\x05abort\x18\x04 \x01(\v2\x1d.lockcluster.v1.AbortResponseH\x00R\x05abort\x121\n" +
+	"\x05error\x18\x05 \x01(\v2\x19.lockcluster.v1.CallErrorH\x00R\x05errorB\a\n" +
+	"\x05reply\"\xf0\x01\n" +
+	"\tCallError\x12\x12\n" +
+	"\x04code\x18\x01 \x01(\x05R\x04code\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\x123\n" +
+	"\x06reason\x18\x03 \x01(\x0e2\x1b.lockcluster.v1.ErrorReasonR\x06reason\x12C\n" +
+	"\bmetadata\x18\x04 \x03(\v2'.lockcluster.v1.CallError.MetadataEntryR\bmetadata\x1a;\n" +
+	"\rMetadataEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x89\x01\n" +
 	"\x06Attach\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1d\n" +
 	"\n" +
@@ -2704,17 +3264,19 @@ const file_lockcluster_proto_rawDesc = "" +
 	"\tmin_index\x18\x03 \x01(\x04R\bminIndex\x12%\n" +
 	"\x0esession_secret\x18\x04 \x01(\fR\rsessionSecret\"\x1b\n" +
 	"\tHeartbeat\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\x04R\x02id\"\xbb\x01\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\"\xee\x01\n" +
 	"\vSessionDown\x120\n" +
 	"\x06synced\x18\x01 \x01(\v2\x16.lockcluster.v1.SyncedH\x00R\x06synced\x12-\n" +
 	"\x05event\x18\x02 \x01(\v2\x15.lockcluster.v1.EventH\x00R\x05event\x12C\n" +
-	"\rheartbeat_ack\x18\x03 \x01(\v2\x1c.lockcluster.v1.HeartbeatAckH\x00R\fheartbeatAckB\x06\n" +
-	"\x04kind\"\xa2\x01\n" +
+	"\rheartbeat_ack\x18\x03 \x01(\v2\x1c.lockcluster.v1.HeartbeatAckH\x00R\fheartbeatAck\x121\n" +
+	"\x05reply\x18\x04 \x01(\v2\x19.lockcluster.v1.CallReplyH\x00R\x05replyB\x06\n" +
+	"\x04kind\"\xb8\x01\n" +
 	"\x06Synced\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x1b\n" +
 	"\tevent_seq\x18\x02 \x01(\x04R\beventSeq\x128\n" +
 	"\brequests\x18\x03 \x03(\v2\x1c.lockcluster.v1.RequestStateR\brequests\x12+\n" +
-	"\x03ttl\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\"\xb5\x02\n" +
+	"\x03ttl\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12\x14\n" +
+	"\x05calls\x18\x05 \x01(\bR\x05calls\"\xb5\x02\n" +
 	"\fRequestState\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\x12\x14\n" +
@@ -2871,7 +3433,19 @@ const file_lockcluster_proto_rawDesc = "" +
 	"\vsession_ids\x18\x01 \x03(\x04R\n" +
 	"sessionIds\")\n" +
 	"\rTouchResponse\x12\x18\n" +
-	"\aunknown\x18\x01 \x03(\x04R\aunknown*+\n" +
+	"\aunknown\x18\x01 \x03(\x04R\aunknown\"\x15\n" +
+	"\x13SaveSnapshotRequest\"\xcd\x01\n" +
+	"\x0eSnapshotHeader\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x12\n" +
+	"\x04term\x18\x02 \x01(\x04R\x04term\x12\x12\n" +
+	"\x04size\x18\x03 \x01(\x04R\x04size\x12\x16\n" +
+	"\x06sha256\x18\x04 \x01(\fR\x06sha256\x12\x1b\n" +
+	"\tleader_id\x18\x05 \x01(\tR\bleaderId\x120\n" +
+	"\amembers\x18\x06 \x03(\v2\x16.lockcluster.v1.MemberR\amembers\x12\x16\n" +
+	"\x06format\x18\a \x01(\rR\x06format\"[\n" +
+	"\rSnapshotChunk\x126\n" +
+	"\x06header\x18\x01 \x01(\v2\x1e.lockcluster.v1.SnapshotHeaderR\x06header\x12\x12\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data*+\n" +
 	"\x04Mode\x12\x12\n" +
 	"\x0eMODE_EXCLUSIVE\x10\x00\x12\x0f\n" +
 	"\vMODE_SHARED\x10\x01*\xc3\x01\n" +
@@ -2916,13 +3490,14 @@ const file_lockcluster_proto_rawDesc = "" +
 	"\aRequest\x12\x1b.lockcluster.v1.LockRequest\x1a\x1c.lockcluster.v1.LockResponse\x12J\n" +
 	"\aRelease\x12\x1e.lockcluster.v1.ReleaseRequest\x1a\x1f.lockcluster.v1.ReleaseResponse\x12D\n" +
 	"\x05Abort\x12\x1c.lockcluster.v1.AbortRequest\x1a\x1d.lockcluster.v1.AbortResponse\x12D\n" +
-	"\x05Query\x12\x1c.lockcluster.v1.QueryRequest\x1a\x1d.lockcluster.v1.QueryResponse2\xed\x02\n" +
+	"\x05Query\x12\x1c.lockcluster.v1.QueryRequest\x1a\x1d.lockcluster.v1.QueryResponse2\xc3\x03\n" +
 	"\aCluster\x12G\n" +
 	"\x06Status\x12\x1d.lockcluster.v1.StatusRequest\x1a\x1e.lockcluster.v1.StatusResponse\x12J\n" +
 	"\aMembers\x12\x1e.lockcluster.v1.MembersRequest\x1a\x1f.lockcluster.v1.MembersResponse\x12A\n" +
 	"\x04Join\x12\x1b.lockcluster.v1.JoinRequest\x1a\x1c.lockcluster.v1.JoinResponse\x12D\n" +
 	"\x05Leave\x12\x1c.lockcluster.v1.LeaveRequest\x1a\x1d.lockcluster.v1.LeaveResponse\x12D\n" +
-	"\x05Touch\x12\x1c.lockcluster.v1.TouchRequest\x1a\x1d.lockcluster.v1.TouchResponseBDZBgithub.com/lockcluster/lockcluster/api/lockclusterv1;lockclusterv1b\x06proto3"
+	"\x05Touch\x12\x1c.lockcluster.v1.TouchRequest\x1a\x1d.lockcluster.v1.TouchResponse\x12T\n" +
+	"\fSaveSnapshot\x12#.lockcluster.v1.SaveSnapshotRequest\x1a\x1d.lockcluster.v1.SnapshotChunk0\x01BDZBgithub.com/lockcluster/lockcluster/api/lockclusterv1;lockclusterv1b\x06proto3"
 
 var (
 	file_lockcluster_proto_rawDescOnce sync.Once
@@ -2937,7 +3512,7 @@ func file_lockcluster_proto_rawDescGZIP() []byte {
 }
 
 var file_lockcluster_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_lockcluster_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_lockcluster_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
 var file_lockcluster_proto_goTypes = []any{
 	(Mode)(0),                     // 0: lockcluster.v1.Mode
 	(Status)(0),                   // 1: lockcluster.v1.Status
@@ -2949,97 +3524,119 @@ var file_lockcluster_proto_goTypes = []any{
 	(*CloseSessionRequest)(nil),   // 7: lockcluster.v1.CloseSessionRequest
 	(*CloseSessionResponse)(nil),  // 8: lockcluster.v1.CloseSessionResponse
 	(*SessionUp)(nil),             // 9: lockcluster.v1.SessionUp
-	(*Attach)(nil),                // 10: lockcluster.v1.Attach
-	(*Heartbeat)(nil),             // 11: lockcluster.v1.Heartbeat
-	(*SessionDown)(nil),           // 12: lockcluster.v1.SessionDown
-	(*Synced)(nil),                // 13: lockcluster.v1.Synced
-	(*RequestState)(nil),          // 14: lockcluster.v1.RequestState
-	(*HeartbeatAck)(nil),          // 15: lockcluster.v1.HeartbeatAck
-	(*Event)(nil),                 // 16: lockcluster.v1.Event
-	(*LockRequest)(nil),           // 17: lockcluster.v1.LockRequest
-	(*LockResponse)(nil),          // 18: lockcluster.v1.LockResponse
-	(*ReleaseRequest)(nil),        // 19: lockcluster.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),       // 20: lockcluster.v1.ReleaseResponse
-	(*AbortRequest)(nil),          // 21: lockcluster.v1.AbortRequest
-	(*AbortResponse)(nil),         // 22: lockcluster.v1.AbortResponse
-	(*QueryRequest)(nil),          // 23: lockcluster.v1.QueryRequest
-	(*QueryResponse)(nil),         // 24: lockcluster.v1.QueryResponse
-	(*LockInfo)(nil),              // 25: lockcluster.v1.LockInfo
-	(*StatusRequest)(nil),         // 26: lockcluster.v1.StatusRequest
-	(*StatusResponse)(nil),        // 27: lockcluster.v1.StatusResponse
-	(*MembersRequest)(nil),        // 28: lockcluster.v1.MembersRequest
-	(*Member)(nil),                // 29: lockcluster.v1.Member
-	(*MembersResponse)(nil),       // 30: lockcluster.v1.MembersResponse
-	(*JoinRequest)(nil),           // 31: lockcluster.v1.JoinRequest
-	(*JoinResponse)(nil),          // 32: lockcluster.v1.JoinResponse
-	(*LeaveRequest)(nil),          // 33: lockcluster.v1.LeaveRequest
-	(*LeaveResponse)(nil),         // 34: lockcluster.v1.LeaveResponse
-	(*TouchRequest)(nil),          // 35: lockcluster.v1.TouchRequest
-	(*TouchResponse)(nil),         // 36: lockcluster.v1.TouchResponse
-	(*durationpb.Duration)(nil),   // 37: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 38: google.protobuf.Timestamp
+	(*StreamCall)(nil),            // 10: lockcluster.v1.StreamCall
+	(*CallReply)(nil),             // 11: lockcluster.v1.CallReply
+	(*CallError)(nil),             // 12: lockcluster.v1.CallError
+	(*Attach)(nil),                // 13: lockcluster.v1.Attach
+	(*Heartbeat)(nil),             // 14: lockcluster.v1.Heartbeat
+	(*SessionDown)(nil),           // 15: lockcluster.v1.SessionDown
+	(*Synced)(nil),                // 16: lockcluster.v1.Synced
+	(*RequestState)(nil),          // 17: lockcluster.v1.RequestState
+	(*HeartbeatAck)(nil),          // 18: lockcluster.v1.HeartbeatAck
+	(*Event)(nil),                 // 19: lockcluster.v1.Event
+	(*LockRequest)(nil),           // 20: lockcluster.v1.LockRequest
+	(*LockResponse)(nil),          // 21: lockcluster.v1.LockResponse
+	(*ReleaseRequest)(nil),        // 22: lockcluster.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),       // 23: lockcluster.v1.ReleaseResponse
+	(*AbortRequest)(nil),          // 24: lockcluster.v1.AbortRequest
+	(*AbortResponse)(nil),         // 25: lockcluster.v1.AbortResponse
+	(*QueryRequest)(nil),          // 26: lockcluster.v1.QueryRequest
+	(*QueryResponse)(nil),         // 27: lockcluster.v1.QueryResponse
+	(*LockInfo)(nil),              // 28: lockcluster.v1.LockInfo
+	(*StatusRequest)(nil),         // 29: lockcluster.v1.StatusRequest
+	(*StatusResponse)(nil),        // 30: lockcluster.v1.StatusResponse
+	(*MembersRequest)(nil),        // 31: lockcluster.v1.MembersRequest
+	(*Member)(nil),                // 32: lockcluster.v1.Member
+	(*MembersResponse)(nil),       // 33: lockcluster.v1.MembersResponse
+	(*JoinRequest)(nil),           // 34: lockcluster.v1.JoinRequest
+	(*JoinResponse)(nil),          // 35: lockcluster.v1.JoinResponse
+	(*LeaveRequest)(nil),          // 36: lockcluster.v1.LeaveRequest
+	(*LeaveResponse)(nil),         // 37: lockcluster.v1.LeaveResponse
+	(*TouchRequest)(nil),          // 38: lockcluster.v1.TouchRequest
+	(*TouchResponse)(nil),         // 39: lockcluster.v1.TouchResponse
+	(*SaveSnapshotRequest)(nil),   // 40: lockcluster.v1.SaveSnapshotRequest
+	(*SnapshotHeader)(nil),        // 41: lockcluster.v1.SnapshotHeader
+	(*SnapshotChunk)(nil),         // 42: lockcluster.v1.SnapshotChunk
+	nil,                           // 43: lockcluster.v1.CallError.MetadataEntry
+	(*durationpb.Duration)(nil),   // 44: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 45: google.protobuf.Timestamp
 }
 var file_lockcluster_proto_depIdxs = []int32{
-	37, // 0: lockcluster.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
-	37, // 1: lockcluster.v1.OpenSessionResponse.ttl:type_name -> google.protobuf.Duration
-	10, // 2: lockcluster.v1.SessionUp.attach:type_name -> lockcluster.v1.Attach
-	11, // 3: lockcluster.v1.SessionUp.heartbeat:type_name -> lockcluster.v1.Heartbeat
-	13, // 4: lockcluster.v1.SessionDown.synced:type_name -> lockcluster.v1.Synced
-	16, // 5: lockcluster.v1.SessionDown.event:type_name -> lockcluster.v1.Event
-	15, // 6: lockcluster.v1.SessionDown.heartbeat_ack:type_name -> lockcluster.v1.HeartbeatAck
-	14, // 7: lockcluster.v1.Synced.requests:type_name -> lockcluster.v1.RequestState
-	37, // 8: lockcluster.v1.Synced.ttl:type_name -> google.protobuf.Duration
-	0,  // 9: lockcluster.v1.RequestState.mode:type_name -> lockcluster.v1.Mode
-	1,  // 10: lockcluster.v1.RequestState.status:type_name -> lockcluster.v1.Status
-	38, // 11: lockcluster.v1.RequestState.acquired_at:type_name -> google.protobuf.Timestamp
-	2,  // 12: lockcluster.v1.RequestState.cause:type_name -> lockcluster.v1.Cause
-	4,  // 13: lockcluster.v1.Event.kind:type_name -> lockcluster.v1.Event.Kind
-	0,  // 14: lockcluster.v1.Event.mode:type_name -> lockcluster.v1.Mode
-	38, // 15: lockcluster.v1.Event.acquired_at:type_name -> google.protobuf.Timestamp
-	2,  // 16: lockcluster.v1.Event.cause:type_name -> lockcluster.v1.Cause
-	0,  // 17: lockcluster.v1.LockRequest.mode:type_name -> lockcluster.v1.Mode
-	1,  // 18: lockcluster.v1.LockResponse.status:type_name -> lockcluster.v1.Status
-	38, // 19: lockcluster.v1.LockResponse.acquired_at:type_name -> google.protobuf.Timestamp
-	2,  // 20: lockcluster.v1.LockResponse.cause:type_name -> lockcluster.v1.Cause
-	1,  // 21: lockcluster.v1.ReleaseResponse.status:type_name -> lockcluster.v1.Status
-	1,  // 22: lockcluster.v1.AbortResponse.status:type_name -> lockcluster.v1.Status
-	2,  // 23: lockcluster.v1.AbortResponse.cause:type_name -> lockcluster.v1.Cause
-	25, // 24: lockcluster.v1.QueryResponse.held:type_name -> lockcluster.v1.LockInfo
-	25, // 25: lockcluster.v1.QueryResponse.pending:type_name -> lockcluster.v1.LockInfo
-	0,  // 26: lockcluster.v1.LockInfo.mode:type_name -> lockcluster.v1.Mode
-	38, // 27: lockcluster.v1.LockInfo.acquired_at:type_name -> google.protobuf.Timestamp
-	38, // 28: lockcluster.v1.LockInfo.requested_at:type_name -> google.protobuf.Timestamp
-	37, // 29: lockcluster.v1.Member.since_contact:type_name -> google.protobuf.Duration
-	29, // 30: lockcluster.v1.MembersResponse.members:type_name -> lockcluster.v1.Member
-	5,  // 31: lockcluster.v1.Locks.OpenSession:input_type -> lockcluster.v1.OpenSessionRequest
-	7,  // 32: lockcluster.v1.Locks.CloseSession:input_type -> lockcluster.v1.CloseSessionRequest
-	9,  // 33: lockcluster.v1.Locks.Session:input_type -> lockcluster.v1.SessionUp
-	17, // 34: lockcluster.v1.Locks.Request:input_type -> lockcluster.v1.LockRequest
-	19, // 35: lockcluster.v1.Locks.Release:input_type -> lockcluster.v1.ReleaseRequest
-	21, // 36: lockcluster.v1.Locks.Abort:input_type -> lockcluster.v1.AbortRequest
-	23, // 37: lockcluster.v1.Locks.Query:input_type -> lockcluster.v1.QueryRequest
-	26, // 38: lockcluster.v1.Cluster.Status:input_type -> lockcluster.v1.StatusRequest
-	28, // 39: lockcluster.v1.Cluster.Members:input_type -> lockcluster.v1.MembersRequest
-	31, // 40: lockcluster.v1.Cluster.Join:input_type -> lockcluster.v1.JoinRequest
-	33, // 41: lockcluster.v1.Cluster.Leave:input_type -> lockcluster.v1.LeaveRequest
-	35, // 42: lockcluster.v1.Cluster.Touch:input_type -> lockcluster.v1.TouchRequest
-	6,  // 43: lockcluster.v1.Locks.OpenSession:output_type -> lockcluster.v1.OpenSessionResponse
-	8,  // 44: lockcluster.v1.Locks.CloseSession:output_type -> lockcluster.v1.CloseSessionResponse
-	12, // 45: lockcluster.v1.Locks.Session:output_type -> lockcluster.v1.SessionDown
-	18, // 46: lockcluster.v1.Locks.Request:output_type -> lockcluster.v1.LockResponse
-	20, // 47: lockcluster.v1.Locks.Release:output_type -> lockcluster.v1.ReleaseResponse
-	22, // 48: lockcluster.v1.Locks.Abort:output_type -> lockcluster.v1.AbortResponse
-	24, // 49: lockcluster.v1.Locks.Query:output_type -> lockcluster.v1.QueryResponse
-	27, // 50: lockcluster.v1.Cluster.Status:output_type -> lockcluster.v1.StatusResponse
-	30, // 51: lockcluster.v1.Cluster.Members:output_type -> lockcluster.v1.MembersResponse
-	32, // 52: lockcluster.v1.Cluster.Join:output_type -> lockcluster.v1.JoinResponse
-	34, // 53: lockcluster.v1.Cluster.Leave:output_type -> lockcluster.v1.LeaveResponse
-	36, // 54: lockcluster.v1.Cluster.Touch:output_type -> lockcluster.v1.TouchResponse
-	43, // [43:55] is the sub-list for method output_type
-	31, // [31:43] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	44, // 0: lockcluster.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
+	44, // 1: lockcluster.v1.OpenSessionResponse.ttl:type_name -> google.protobuf.Duration
+	13, // 2: lockcluster.v1.SessionUp.attach:type_name -> lockcluster.v1.Attach
+	14, // 3: lockcluster.v1.SessionUp.heartbeat:type_name -> lockcluster.v1.Heartbeat
+	10, // 4: lockcluster.v1.SessionUp.call:type_name -> lockcluster.v1.StreamCall
+	20, // 5: lockcluster.v1.StreamCall.request:type_name -> lockcluster.v1.LockRequest
+	22, // 6: lockcluster.v1.StreamCall.release:type_name -> lockcluster.v1.ReleaseRequest
+	24, // 7: lockcluster.v1.StreamCall.abort:type_name -> lockcluster.v1.AbortRequest
+	21, // 8: lockcluster.v1.CallReply.request:type_name -> lockcluster.v1.LockResponse
+	23, // 9: lockcluster.v1.CallReply.release:type_name -> lockcluster.v1.ReleaseResponse
+	25, // 10: lockcluster.v1.CallReply.abort:type_name -> lockcluster.v1.AbortResponse
+	12, // 11: lockcluster.v1.CallReply.error:type_name -> lockcluster.v1.CallError
+	3,  // 12: lockcluster.v1.CallError.reason:type_name -> lockcluster.v1.ErrorReason
+	43, // 13: lockcluster.v1.CallError.metadata:type_name -> lockcluster.v1.CallError.MetadataEntry
+	16, // 14: lockcluster.v1.SessionDown.synced:type_name -> lockcluster.v1.Synced
+	19, // 15: lockcluster.v1.SessionDown.event:type_name -> lockcluster.v1.Event
+	18, // 16: lockcluster.v1.SessionDown.heartbeat_ack:type_name -> lockcluster.v1.HeartbeatAck
+	11, // 17: lockcluster.v1.SessionDown.reply:type_name -> lockcluster.v1.CallReply
+	17, // 18: lockcluster.v1.Synced.requests:type_name -> lockcluster.v1.RequestState
+	44, // 19: lockcluster.v1.Synced.ttl:type_name -> google.protobuf.Duration
+	0,  // 20: lockcluster.v1.RequestState.mode:type_name -> lockcluster.v1.Mode
+	1,  // 21: lockcluster.v1.RequestState.status:type_name -> lockcluster.v1.Status
+	45, // 22: lockcluster.v1.RequestState.acquired_at:type_name -> google.protobuf.Timestamp
+	2,  // 23: lockcluster.v1.RequestState.cause:type_name -> lockcluster.v1.Cause
+	4,  // 24: lockcluster.v1.Event.kind:type_name -> lockcluster.v1.Event.Kind
+	0,  // 25: lockcluster.v1.Event.mode:type_name -> lockcluster.v1.Mode
+	45, // 26: lockcluster.v1.Event.acquired_at:type_name -> google.protobuf.Timestamp
+	2,  // 27: lockcluster.v1.Event.cause:type_name -> lockcluster.v1.Cause
+	0,  // 28: lockcluster.v1.LockRequest.mode:type_name -> lockcluster.v1.Mode
+	1,  // 29: lockcluster.v1.LockResponse.status:type_name -> lockcluster.v1.Status
+	45, // 30: lockcluster.v1.LockResponse.acquired_at:type_name -> google.protobuf.Timestamp
+	2,  // 31: lockcluster.v1.LockResponse.cause:type_name -> lockcluster.v1.Cause
+	1,  // 32: lockcluster.v1.ReleaseResponse.status:type_name -> lockcluster.v1.Status
+	1,  // 33: lockcluster.v1.AbortResponse.status:type_name -> lockcluster.v1.Status
+	2,  // 34: lockcluster.v1.AbortResponse.cause:type_name -> lockcluster.v1.Cause
+	28, // 35: lockcluster.v1.QueryResponse.held:type_name -> lockcluster.v1.LockInfo
+	28, // 36: lockcluster.v1.QueryResponse.pending:type_name -> lockcluster.v1.LockInfo
+	0,  // 37: lockcluster.v1.LockInfo.mode:type_name -> lockcluster.v1.Mode
+	45, // 38: lockcluster.v1.LockInfo.acquired_at:type_name -> google.protobuf.Timestamp
+	45, // 39: lockcluster.v1.LockInfo.requested_at:type_name -> google.protobuf.Timestamp
+	44, // 40: lockcluster.v1.Member.since_contact:type_name -> google.protobuf.Duration
+	32, // 41: lockcluster.v1.MembersResponse.members:type_name -> lockcluster.v1.Member
+	32, // 42: lockcluster.v1.SnapshotHeader.members:type_name -> lockcluster.v1.Member
+	41, // 43: lockcluster.v1.SnapshotChunk.header:type_name -> lockcluster.v1.SnapshotHeader
+	5,  // 44: lockcluster.v1.Locks.OpenSession:input_type -> lockcluster.v1.OpenSessionRequest
+	7,  // 45: lockcluster.v1.Locks.CloseSession:input_type -> lockcluster.v1.CloseSessionRequest
+	9,  // 46: lockcluster.v1.Locks.Session:input_type -> lockcluster.v1.SessionUp
+	20, // 47: lockcluster.v1.Locks.Request:input_type -> lockcluster.v1.LockRequest
+	22, // 48: lockcluster.v1.Locks.Release:input_type -> lockcluster.v1.ReleaseRequest
+	24, // 49: lockcluster.v1.Locks.Abort:input_type -> lockcluster.v1.AbortRequest
+	26, // 50: lockcluster.v1.Locks.Query:input_type -> lockcluster.v1.QueryRequest
+	29, // 51: lockcluster.v1.Cluster.Status:input_type -> lockcluster.v1.StatusRequest
+	31, // 52: lockcluster.v1.Cluster.Members:input_type -> lockcluster.v1.MembersRequest
+	34, // 53: lockcluster.v1.Cluster.Join:input_type -> lockcluster.v1.JoinRequest
+	36, // 54: lockcluster.v1.Cluster.Leave:input_type -> lockcluster.v1.LeaveRequest
+	38, // 55: lockcluster.v1.Cluster.Touch:input_type -> lockcluster.v1.TouchRequest
+	40, // 56: lockcluster.v1.Cluster.SaveSnapshot:input_type -> lockcluster.v1.SaveSnapshotRequest
+	6,  // 57: lockcluster.v1.Locks.OpenSession:output_type -> lockcluster.v1.OpenSessionResponse
+	8,  // 58: lockcluster.v1.Locks.CloseSession:output_type -> lockcluster.v1.CloseSessionResponse
+	15, // 59: lockcluster.v1.Locks.Session:output_type -> lockcluster.v1.SessionDown
+	21, // 60: lockcluster.v1.Locks.Request:output_type -> lockcluster.v1.LockResponse
+	23, // 61: lockcluster.v1.Locks.Release:output_type -> lockcluster.v1.ReleaseResponse
+	25, // 62: lockcluster.v1.Locks.Abort:output_type -> lockcluster.v1.AbortResponse
+	27, // 63: lockcluster.v1.Locks.Query:output_type -> lockcluster.v1.QueryResponse
+	30, // 64: lockcluster.v1.Cluster.Status:output_type -> lockcluster.v1.StatusResponse
+	33, // 65: lockcluster.v1.Cluster.Members:output_type -> lockcluster.v1.MembersResponse
+	35, // 66: lockcluster.v1.Cluster.Join:output_type -> lockcluster.v1.JoinResponse
+	37, // 67: lockcluster.v1.Cluster.Leave:output_type -> lockcluster.v1.LeaveResponse
+	39, // 68: lockcluster.v1.Cluster.Touch:output_type -> lockcluster.v1.TouchResponse
+	42, // 69: lockcluster.v1.Cluster.SaveSnapshot:output_type -> lockcluster.v1.SnapshotChunk
+	57, // [57:70] is the sub-list for method output_type
+	44, // [44:57] is the sub-list for method input_type
+	44, // [44:44] is the sub-list for extension type_name
+	44, // [44:44] is the sub-list for extension extendee
+	0,  // [0:44] is the sub-list for field type_name
 }
 
 func init() { file_lockcluster_proto_init() }
@@ -3050,11 +3647,24 @@ func file_lockcluster_proto_init() {
 	file_lockcluster_proto_msgTypes[4].OneofWrappers = []any{
 		(*SessionUp_Attach)(nil),
 		(*SessionUp_Heartbeat)(nil),
+		(*SessionUp_Call)(nil),
 	}
-	file_lockcluster_proto_msgTypes[7].OneofWrappers = []any{
+	file_lockcluster_proto_msgTypes[5].OneofWrappers = []any{
+		(*StreamCall_Request)(nil),
+		(*StreamCall_Release)(nil),
+		(*StreamCall_Abort)(nil),
+	}
+	file_lockcluster_proto_msgTypes[6].OneofWrappers = []any{
+		(*CallReply_Request)(nil),
+		(*CallReply_Release)(nil),
+		(*CallReply_Abort)(nil),
+		(*CallReply_Error)(nil),
+	}
+	file_lockcluster_proto_msgTypes[10].OneofWrappers = []any{
 		(*SessionDown_Synced)(nil),
 		(*SessionDown_Event)(nil),
 		(*SessionDown_HeartbeatAck)(nil),
+		(*SessionDown_Reply)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -3062,7 +3672,7 @@ func file_lockcluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lockcluster_proto_rawDesc), len(file_lockcluster_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   32,
+			NumMessages:   39,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -388,11 +388,12 @@ var Locks_ServiceDesc = grpc.ServiceDesc{
 }
 
 const (
-	Cluster_Status_FullMethodName  = "/lockcluster.v1.Cluster/Status"
-	Cluster_Members_FullMethodName = "/lockcluster.v1.Cluster/Members"
-	Cluster_Join_FullMethodName    = "/lockcluster.v1.Cluster/Join"
-	Cluster_Leave_FullMethodName   = "/lockcluster.v1.Cluster/Leave"
-	Cluster_Touch_FullMethodName   = "/lockcluster.v1.Cluster/Touch"
+	Cluster_Status_FullMethodName       = "/lockcluster.v1.Cluster/Status"
+	Cluster_Members_FullMethodName      = "/lockcluster.v1.Cluster/Members"
+	Cluster_Join_FullMethodName         = "/lockcluster.v1.Cluster/Join"
+	Cluster_Leave_FullMethodName        = "/lockcluster.v1.Cluster/Leave"
+	Cluster_Touch_FullMethodName        = "/lockcluster.v1.Cluster/Touch"
+	Cluster_SaveSnapshot_FullMethodName = "/lockcluster.v1.Cluster/SaveSnapshot"
 )
 
 // ClusterClient is the client API for Cluster service.
@@ -410,6 +411,11 @@ type ClusterClient interface {
 	// Touch is internal: a follower forwards its clients' heartbeats to the
 	// leader in batches.
 	Touch(ctx context.Context, in *TouchRequest, opts ...grpc.CallOption) (*TouchResponse, error)
+	// SaveSnapshot streams a consistent snapshot of the replicated state, as
+	// the leader has it after a read barrier: a header first (its index and
+	// checksum), then the bytes in chunks. Called on a follower, the stream
+	// is relayed from the leader. Needs an admin credential when auth is on.
+	SaveSnapshot(ctx context.Context, in *SaveSnapshotRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SnapshotChunk], error)
 }
 
 type clusterClient struct {
@@ -470,6 +476,25 @@ func (c *clusterClient) Touch(ctx context.Context, in *TouchRequest, opts ...grp
 	return out, nil
 }
 
+func (c *clusterClient) SaveSnapshot(ctx context.Context, in *SaveSnapshotRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SnapshotChunk], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Cluster_ServiceDesc.Streams[0], Cluster_SaveSnapshot_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[SaveSnapshotRequest, SnapshotChunk]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Cluster_SaveSnapshotClient = grpc.ServerStreamingClient[SnapshotChunk]
+
 // ClusterServer is the server API for Cluster service.
 // All implementations must embed UnimplementedClusterServer
 // for forward compatibility.
@@ -485,6 +510,11 @@ type ClusterServer interface {
 	// Touch is internal: a follower forwards its clients' heartbeats to the
 	// leader in batches.
 	Touch(context.Context, *TouchRequest) (*TouchResponse, error)
+	// SaveSnapshot streams a consistent snapshot of the replicated state, as
+	// the leader has it after a read barrier: a header first (its index and
+	// checksum), then the bytes in chunks. Called on a follower, the stream
+	// is relayed from the leader. Needs an admin credential when auth is on.
+	SaveSnapshot(*SaveSnapshotRequest, grpc.ServerStreamingServer[SnapshotChunk]) error
 	mustEmbedUnimplementedClusterServer()
 }
 
@@ -509,6 +539,9 @@ func (UnimplementedClusterServer) Leave(context.Context, *LeaveRequest) (*LeaveR
 }
 func (UnimplementedClusterServer) Touch(context.Context, *TouchRequest) (*TouchResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Touch not implemented")
+}
+func (UnimplementedClusterServer) SaveSnapshot(*SaveSnapshotRequest, grpc.ServerStreamingServer[SnapshotChunk]) error {
+	return status.Error(codes.Unimplemented, "method SaveSnapshot not implemented")
 }
 func (UnimplementedClusterServer) mustEmbedUnimplementedClusterServer() {}
 func (UnimplementedClusterServer) testEmbeddedByValue()                 {}
@@ -621,6 +654,17 @@ func _Cluster_Touch_Handler(srv interface{}, ctx context.Context, dec func(inter
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Cluster_SaveSnapshot_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(SaveSnapshotRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(ClusterServer).SaveSnapshot(m, &grpc.GenericServerStream[SaveSnapshotRequest, SnapshotChunk]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Cluster_SaveSnapshotServer = grpc.ServerStreamingServer[SnapshotChunk]
+
 // Cluster_ServiceDesc is the grpc.ServiceDesc for Cluster service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -649,6 +693,12 @@ var Cluster_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _Cluster_Touch_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "SaveSnapshot",
+			Handler:       _Cluster_SaveSnapshot_Handler,
+			ServerStreams: true,
+		},
+	},
 	Metadata: "lockcluster.proto",
 }

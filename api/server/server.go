@@ -67,6 +67,10 @@ type Config struct {
 	// ProbeInterval is how often the leader probes each member's API for
 	// Members' reachability and lag (default 1s).
 	ProbeInterval time.Duration
+	// CallInterceptor, when set, wraps the calls that arrive on session
+	// streams (requests, releases, aborts) as the server's unary
+	// interceptors wrap unary calls: metrics, audit, auth, fence.
+	CallInterceptor grpc.UnaryServerInterceptor
 	// Observer hears of the requests this node proposed, for the acquire
 	// and hand-off latency metrics (default: nothing).
 	Observer Observer

@@ -66,13 +66,14 @@ func (s *Server) Session(stream pb.Locks_SessionServer) error {
 		return err
 	}
 	defer s.hub.unsubscribe(sub)
+	synced.Calls = true
 	if err := stream.Send(&pb.SessionDown{Kind: &pb.SessionDown_Synced{Synced: synced}}); err != nil {
 		return err
 	}
 
-	acks := make(chan *pb.SessionDown, 16)
+	acks := make(chan *pb.SessionDown, 16) // heartbeat acks and call replies
 	recvErr := make(chan error, 1)
-	go s.heartbeats(ctx, stream, at.SessionId, acks, recvErr)
+	go s.receive(ctx, stream, at, acks, recvErr)
 	for {
 		select {
 		case <-sub.ready:
@@ -103,20 +104,46 @@ func (s *Server) Session(stream pb.Locks_SessionServer) error {
 	}
 }
 
-// heartbeats receives the client's heartbeats and renews the session for
-// each, sending an ack (or nil when the session has ended) to the stream.
-func (s *Server) heartbeats(ctx context.Context, stream pb.Locks_SessionServer, id uint64, acks chan<- *pb.SessionDown, recvErr chan<- error) {
+// receive reads the client's messages after the attach: heartbeats go, in
+// order, to the heartbeat loop; each call runs at once (streamcall.go), so
+// that a heartbeat waiting for the leader never delays a call.
+func (s *Server) receive(ctx context.Context, stream pb.Locks_SessionServer, at *pb.Attach, out chan<- *pb.SessionDown, recvErr chan<- error) {
+	fail := func(err error) {
+		select {
+		case recvErr <- err:
+		default: // the stream is ending already
+		}
+	}
+	hbs := make(chan uint64, 16)
+	defer close(hbs)
+	go s.heartbeats(ctx, at.SessionId, hbs, out, fail)
+	calls := &streamCalls{}
 	for {
 		m, err := stream.Recv()
 		if err != nil {
-			recvErr <- err
+			fail(err)
 			return
 		}
-		hb := m.GetHeartbeat()
-		if hb == nil {
-			recvErr <- invalid("a session stream carries only heartbeats after its attach")
+		switch k := m.Kind.(type) {
+		case *pb.SessionUp_Heartbeat:
+			select {
+			case hbs <- k.Heartbeat.Id:
+			case <-ctx.Done():
+				return
+			}
+		case *pb.SessionUp_Call:
+			calls.start(ctx, s, at, k.Call, out)
+		default:
+			fail(invalid("after its attach a session stream carries only heartbeats and calls"))
 			return
 		}
+	}
+}
+
+// heartbeats renews the session for each heartbeat id it receives, sending
+// an ack (or nil when the session has ended) to the stream.
+func (s *Server) heartbeats(ctx context.Context, id uint64, hbs <-chan uint64, acks chan<- *pb.SessionDown, fail func(error)) {
+	for hb := range hbs {
 		known, err := s.live.Heartbeat(ctx, id)
 		var out *pb.SessionDown
 		switch {
@@ -125,14 +152,14 @@ func (s *Server) heartbeats(ctx context.Context, stream pb.Locks_SessionServer, 
 			// node is cut off): say so at once, so that the client moves
 			// its stream to a node that can, instead of losing the session
 			// after a TTL of silence (docs/chaos.md, finding 2).
-			recvErr <- rpcerr.NoLeader(fmt.Sprintf("node %s knows no leader to renew session %d: reconnect to another node", s.cfg.Self.ID, id))
+			fail(rpcerr.NoLeader(fmt.Sprintf("node %s knows no leader to renew session %d: reconnect to another node", s.cfg.Self.ID, id)))
 			return
 		case errors.Is(err, session.ErrNotLeading), err != nil && ctx.Err() == nil:
 			continue // no leader renewed it: no ack; the client sends again
 		case err != nil:
 			return
 		case known:
-			out = &pb.SessionDown{Kind: &pb.SessionDown_HeartbeatAck{HeartbeatAck: &pb.HeartbeatAck{Id: hb.Id}}}
+			out = &pb.SessionDown{Kind: &pb.SessionDown_HeartbeatAck{HeartbeatAck: &pb.HeartbeatAck{Id: hb}}}
 		}
 		select {
 		case acks <- out:
