@@ -71,7 +71,13 @@ type Error struct {
 	Message string
 }
 
-func (e *Error) Error() string { return "lockcluster: " + e.Name + ": " + e.Message }
+func (e *Error) Error() string {
+	if e.Code == codes.Unauthenticated && e.Name != e.Code.String() {
+		// No credential at all, rather than one refused: say so.
+		return "lockcluster: " + e.Name + " (" + e.Code.String() + "): " + e.Message
+	}
+	return "lockcluster: " + e.Name + ": " + e.Message
+}
 
 // Is matches the sentinel of the error's class.
 func (e *Error) Is(target error) bool {
