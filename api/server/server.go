@@ -68,8 +68,9 @@ type Config struct {
 	// Members' reachability and lag (default 1s).
 	ProbeInterval time.Duration
 	// CallInterceptor, when set, wraps the calls that arrive on session
-	// streams (requests, releases, aborts) as the server's unary
-	// interceptors wrap unary calls: metrics, audit, auth, fence.
+	// streams (requests, releases, aborts) as the gRPC server's unary
+	// interceptors wrap unary calls (metrics, auth, fence); the audit log
+	// sees them in any case.
 	CallInterceptor grpc.UnaryServerInterceptor
 	// Observer hears of the requests this node proposed, for the acquire
 	// and hand-off latency metrics (default: nothing).
@@ -94,19 +95,20 @@ type Server struct {
 	pb.UnimplementedLocksServer
 	pb.UnimplementedClusterServer
 
-	cfg     Config
-	m       *fsm.Machine
-	node    atomic.Pointer[replicaCell]
-	live    *session.Liveness // session deadlines and heartbeats: session/DESIGN.md
-	hub     *hub
-	peers   *peers
-	rate    *rateLimiter[uint64] // per session
-	nsRate  *rateLimiter[string] // per namespace, on the leader
-	refusal *rateLimiter[string] // paces a namespace's limit refusals
-	gate    gate                 // admit.go
-	probes  prober               // probe.go
-	log     hclog.Logger
-	done    chan struct{} // closed when Run returns: streams end
+	cfg       Config
+	m         *fsm.Machine
+	node      atomic.Pointer[replicaCell]
+	live      *session.Liveness // session deadlines and heartbeats: session/DESIGN.md
+	hub       *hub
+	peers     *peers
+	rate      *rateLimiter[uint64] // per session
+	nsRate    *rateLimiter[string] // per namespace, on the leader
+	refusal   *rateLimiter[string] // paces a namespace's limit refusals
+	gate      gate                 // admit.go
+	probes    prober               // probe.go
+	callAudit *auditor             // audits the calls on session streams
+	log       hclog.Logger
+	done      chan struct{} // closed when Run returns: streams end
 }
 
 // New returns a Server. Pass its Apply to the raft adapter as the sink,
@@ -136,6 +138,7 @@ func New(cfg Config) *Server {
 	s.nsRate = newRateLimiter[string](cfg.NamespaceRate, cfg.NamespaceBurst)
 	s.refusal = newRateLimiter[string](cfg.RefusalRate, int(cfg.RefusalRate))
 	s.gate.init()
+	s.callAudit = &auditor{s: s, log: s.log.Named("audit"), admin: cfg.IsAdmin}
 	return s
 }
 

@@ -18,7 +18,7 @@ import (
 // instead of as unary calls (StreamCall, answered by a CallReply): a lock
 // and its release then cost no unary round trip each. A stream call runs
 // the same handler as the unary call, through the same interceptors
-// (Config.CallInterceptor: metrics, audit, auth, fence), with the stream's
+// (the audit log, and Config.CallInterceptor: metrics, auth, fence), with the stream's
 // context, so its credentials, forwarding and answers are the unary
 // call's.
 
@@ -79,10 +79,14 @@ func (s *Server) streamCall(ctx context.Context, at *pb.Attach, call *pb.StreamC
 		return nil, invalidField("call", fmt.Sprintf("a stream call must be of the stream's session %d in namespace %q, not session %d in %q", at.SessionId, at.Namespace, id, ns))
 	}
 	info := &grpc.UnaryServerInfo{Server: s, FullMethod: method}
+	// The audit log sees the call as it would the unary one (a steal on a
+	// stream is audited); auth cannot refuse it there, having let the
+	// attach in for the same namespace.
+	audited := func(ctx context.Context, req any) (any, error) { return s.callAudit.unary(ctx, req, info, h) }
 	if ic := s.cfg.CallInterceptor; ic != nil {
-		return ic(ctx, req, info, h)
+		return ic(ctx, req, info, audited)
 	}
-	return h(ctx, req)
+	return audited(ctx, req)
 }
 
 // callReply is the CallReply of call id: resp, or err as a CallError.

@@ -2,12 +2,14 @@ package server
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 
+	"github.com/hashicorp/go-hclog"
 	pb "github.com/lockcluster/lockcluster/api/lockclusterv1"
 	"github.com/lockcluster/lockcluster/fsm"
 )
@@ -150,5 +152,49 @@ func TestConcurrentStreamCalls(t *testing.T) {
 	}
 	if _, ok := fc.commands(fc.entries())[0].(*fsm.Request); !ok {
 		t.Fatal("the last entry is not a request")
+	}
+}
+
+// lockedBuffer is a log output several nodes write to.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// A steal on a stream is audited as a unary one: once, by the node that
+// took the call, although the leader applied it.
+func TestStealOnAStreamIsAudited(t *testing.T) {
+	var logs lockedBuffer
+	fc := newFakeCluster(t, 3, fakeOptions{configure: func(c *Config) {
+		c.Logger = hclog.New(&hclog.LoggerOptions{Name: c.Self.ID, Output: &logs, Level: hclog.Info})
+	}})
+	a, b := fc.node("n1").open(t, "steal"), fc.node("n1").open(t, "steal")
+	if r, err := fc.node("n1").request(testCtx(t), b, "steal", 1, "x"); err != nil || r.Status != pb.Status_STATUS_GRANTED {
+		t.Fatalf("b: %v, %v", r, err)
+	}
+	sa, _ := fc.node("n2").attach(t, a, "steal", a.Index)
+	steal := lockCall(1, a, "steal", 1, "x")
+	steal.GetRequest().Steal, steal.GetRequest().Signal = true, false
+	sa.call(steal)
+	if r := sa.reply(); r.GetRequest().GetStatus() != pb.Status_STATUS_GRANTED {
+		t.Fatalf("the steal: %v", r)
+	}
+	if n := strings.Count(logs.String(), "event=steal"); n != 1 {
+		t.Fatalf("%d audit lines for one steal on a stream, want 1:\n%s", n, logs.String())
+	}
+	if !strings.Contains(logs.String(), "n2.audit") {
+		t.Fatalf("the steal was not audited by the node that took the call:\n%s", logs.String())
 	}
 }
