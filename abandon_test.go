@@ -37,7 +37,7 @@ func TestAbandonedImmediateGrantIsReleased(t *testing.T) {
 		}
 		return invoke(ctx, method, req, reply, cc, opts...)
 	}
-	cl := dial(t, c, lockcluster.WithDialOptions(grpc.WithUnaryInterceptor(lossy)))
+	cl := dial(t, c, lockcluster.WithDialOptions(grpc.WithUnaryInterceptor(lossy)), lockcluster.WithUnaryWrites())
 	observer := dial(t, c)
 	held := func() int {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)

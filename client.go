@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -31,6 +32,8 @@ type config struct {
 	dial      []grpc.DialOption
 	tls       *tls.Config
 	token     string
+	// unaryWrites keeps requests, releases and aborts off the session stream.
+	unaryWrites bool
 }
 
 // dialOptions are the gRPC options the config asks for: TLS or plaintext,
@@ -90,10 +93,17 @@ func WithLabel(l string) Option { return func(c *config) { c.label = l } }
 func WithTTL(d time.Duration) Option { return func(c *config) { c.ttl = d } }
 
 // WithDialOptions adds gRPC dial options (interceptors, ...), applied after
-// the client's own.
+// the client's own. The session's requests, releases and aborts travel on
+// its stream, which unary interceptors do not see: add WithUnaryWrites to
+// have them see every call.
 func WithDialOptions(o ...grpc.DialOption) Option {
 	return func(c *config) { c.dial = append(c.dial, o...) }
 }
+
+// WithUnaryWrites sends requests, releases and aborts as unary calls even
+// when the session stream could carry them (by default it does, which
+// saves a round trip per call).
+func WithUnaryWrites() Option { return func(c *config) { c.unaryWrites = true } }
 
 // Client is a session with a lockcluster cluster. It is safe for
 // concurrent use.
@@ -108,6 +118,8 @@ type Client struct {
 	sess     *session
 	closed   bool
 	maxIndex uint64 // the highest Raft index seen, for read-your-writes
+	// caller carries the session's writes on its stream (streamcall.go).
+	caller atomic.Pointer[caller]
 }
 
 // Dial connects to a cluster given some of its endpoints (host:port) and
@@ -208,7 +220,7 @@ func (c *Client) call(ctx context.Context, f func(context.Context, pb.LocksClien
 		if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > attemptTimeout {
 			actx, cancel = context.WithTimeout(ctx, attemptTimeout)
 		}
-		err := f(actx, pb.NewLocksClient(c.conns[i]))
+		err := f(actx, c.locks(i))
 		timedOut := err != nil && ctx.Err() == nil && actx.Err() != nil
 		cancel()
 		if err == nil {

@@ -10,3 +10,6 @@ func (c *Client) SessionSecret() []byte {
 	}
 	return s.secret
 }
+
+// OnStream reports whether the session's writes go on its stream now.
+func (c *Client) OnStream() bool { return c.caller.Load() != nil }

@@ -38,7 +38,7 @@ func (rc *requestCounter) intercept(ctx context.Context, method string, req, rep
 func TestUnknownModeIsTypeError(t *testing.T) {
 	c := shared(t)
 	rc := &requestCounter{}
-	cl := dial(t, c, lockcluster.WithDialOptions(grpc.WithUnaryInterceptor(rc.intercept)))
+	cl := dial(t, c, lockcluster.WithDialOptions(grpc.WithUnaryInterceptor(rc.intercept)), lockcluster.WithUnaryWrites())
 	ctx := ctxT(t)
 	for _, m := range []lockcluster.Mode{2, -1} {
 		l, err := cl.Acquire(ctx, t.Name(), lockcluster.Options{Mode: m})
@@ -87,7 +87,7 @@ func TestAbortRacingGrantNeverRunsCallback(t *testing.T) {
 		}
 		return err
 	}
-	cl := dial(t, c, lockcluster.WithDialOptions(grpc.WithUnaryInterceptor(cancelAfterReply)))
+	cl := dial(t, c, lockcluster.WithDialOptions(grpc.WithUnaryInterceptor(cancelAfterReply)), lockcluster.WithUnaryWrites())
 	observer := dial(t, c)
 	name := t.Name()
 	const rounds = 60
@@ -217,7 +217,7 @@ func TestClosedClientIsInvalidState(t *testing.T) {
 func TestNilCallbackIsTypeError(t *testing.T) {
 	c := shared(t)
 	rc := &requestCounter{}
-	cl := dial(t, c, lockcluster.WithDialOptions(grpc.WithUnaryInterceptor(rc.intercept)))
+	cl := dial(t, c, lockcluster.WithDialOptions(grpc.WithUnaryInterceptor(rc.intercept)), lockcluster.WithUnaryWrites())
 	var err error
 	func() {
 		defer func() {
@@ -288,7 +288,7 @@ func TestQueryDuringCloseIsInvalidState(t *testing.T) {
 		}
 		return invoke(ctx, method, req, reply, cc, opts...)
 	}
-	cl := dial(t, c, lockcluster.WithDialOptions(grpc.WithUnaryInterceptor(holdQuery)))
+	cl := dial(t, c, lockcluster.WithDialOptions(grpc.WithUnaryInterceptor(holdQuery)), lockcluster.WithUnaryWrites())
 	ctx := ctxT(t)
 	got := make(chan error, 1)
 	go func() {

@@ -208,7 +208,7 @@ func (s *session) run() {
 		s.mu.Lock()
 		acked := s.lastAcked
 		s.mu.Unlock()
-		err := s.stream(pb.NewLocksClient(cc))
+		err := s.stream(pb.NewLocksClient(cc), i)
 		if s.ctx.Err() != nil {
 			return
 		}
@@ -234,8 +234,8 @@ func (s *session) run() {
 	}
 }
 
-// stream runs one session stream until it fails.
-func (s *session) stream(lc pb.LocksClient) error {
+// stream runs one session stream, on endpoint i, until it fails.
+func (s *session) stream(lc pb.LocksClient, i int) (err error) {
 	ctx, cancel := context.WithCancel(s.ctx)
 	defer cancel()
 	st, err := lc.Session(ctx)
@@ -257,9 +257,15 @@ func (s *session) stream(lc pb.LocksClient) error {
 		return errors.New("session stream did not start with a sync")
 	}
 	s.sync(synced)
+	calls := newCaller(st, s.id, i)
+	defer func() { calls.end(err) }()
+	if synced.Calls {
+		s.c.caller.Store(calls)
+		defer s.c.caller.CompareAndSwap(calls, nil)
+	}
 	sendErr := make(chan error, 1)
 	go func() {
-		sendErr <- s.heartbeat(ctx, st)
+		sendErr <- s.heartbeat(ctx, calls)
 		cancel() // wake the Recv below
 	}()
 	for {
@@ -279,6 +285,8 @@ func (s *session) stream(lc pb.LocksClient) error {
 			s.acked(k.HeartbeatAck.Id)
 		case *pb.SessionDown_Event:
 			s.event(k.Event)
+		case *pb.SessionDown_Reply:
+			calls.deliver(k.Reply)
 		}
 		select {
 		case err := <-sendErr:
@@ -303,7 +311,7 @@ var errNotRenewed = errors.New("no heartbeat acknowledged on this stream for a t
 // from the leader, or paused), and the stream moves to another endpoint
 // with two thirds of the TTL left, instead of staying until jeopardy
 // (docs/chaos.md, finding 2).
-func (s *session) heartbeat(ctx context.Context, st pb.Locks_SessionClient) error {
+func (s *session) heartbeat(ctx context.Context, k *caller) error {
 	every, retry := max(s.ttl/3, 10*time.Millisecond), max(s.ttl/10, 5*time.Millisecond)
 	tick := time.NewTicker(retry)
 	defer tick.Stop()
@@ -334,7 +342,7 @@ func (s *session) heartbeat(ctx context.Context, st pb.Locks_SessionClient) erro
 		}
 		s.mu.Unlock()
 		if due {
-			if err := st.Send(&pb.SessionUp{Kind: &pb.SessionUp_Heartbeat{Heartbeat: &pb.Heartbeat{Id: id}}}); err != nil {
+			if err := k.send(&pb.SessionUp{Kind: &pb.SessionUp_Heartbeat{Heartbeat: &pb.Heartbeat{Id: id}}}); err != nil {
 				return err
 			}
 			last, lastID = time.Now(), id

@@ -151,6 +151,8 @@ func (n *Node) start() error {
 	scfg := n.cfg.Server
 	scfg.Machine, scfg.Logger, scfg.Observer = n.machine, n.log.Named("api"), n.metrics
 	scfg.IsAdmin = n.adminCall() // nil with auth off: no caller is an admin
+	// Calls on session streams pass the interceptors unary calls pass.
+	scfg.CallInterceptor = chainCalls(n.metrics.CallInterceptor(), n.authz.Unary(), server.FenceUnary(func() error { return n.raft.Diverged() }))
 	rcfg := n.cfg.Raft
 	rcfg.ID, rcfg.DataDir, rcfg.BindAddr, rcfg.AdvertiseAddr = cfg.ID, filepath.Join(cfg.DataDir, "raft"), cfg.RaftAddr, cfg.AdvertiseRaft
 	rcfg.Bootstrap, rcfg.Logger = cfg.Bootstrap, n.log.Named("raft")
@@ -362,4 +364,17 @@ func orElse(a, b string) string {
 		return a
 	}
 	return b
+}
+
+// chainCalls runs interceptors in order, the first outermost, as
+// grpc.ChainUnaryInterceptor does for unary calls.
+func chainCalls(ics ...grpc.UnaryServerInterceptor) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		next := h
+		for i := len(ics) - 1; i >= 0; i-- {
+			ic, inner := ics[i], next
+			next = func(ctx context.Context, req any) (any, error) { return ic(ctx, req, info, inner) }
+		}
+		return next(ctx, req)
+	}
 }
