@@ -25,6 +25,7 @@ type benchFlags struct {
 	serveArgs    []string
 	ttl          time.Duration
 	preferLeader bool
+	unaryWrites  bool
 	connsPerNode int
 	keep         bool
 	trialGap     time.Duration
@@ -92,6 +93,7 @@ with --local each node's CPU and RSS. Progress goes to stderr once a second;
 	fl.BoolVar(&f.local, "local", false, "start a local 3-node cluster of serve processes (fsync on) and measure it")
 	fl.StringVar(&f.serverBin, "server-bin", "", "--local: the lockcluster binary the nodes run (default: this one)")
 	fl.StringArrayVar(&f.serveArgs, "serve-arg", nil, "--local: an extra flag for every 'serve' (repeatable)")
+	fl.BoolVar(&f.unaryWrites, "unary-writes", false, "send requests and releases as unary calls, not on the session stream (to compare)")
 	fl.BoolVar(&f.preferLeader, "prefer-leader", true, "put the leader's endpoint first, so that clients talk to it (no forwarding)")
 	fl.BoolVar(&f.keep, "keep", false, "--local: keep the nodes' data directories and logs")
 	fl.StringVar(&f.cpuProfile, "cpuprofile", "", "write this process's (the load generator's) CPU profile here; profile the nodes with 'serve --enable-pprof'")
@@ -144,7 +146,7 @@ func runBench(g *globals, f *benchFlags, command string) error {
 	}
 	cfg := f.cfg
 	cfg.Progress = os.Stderr
-	d := &loadgen.Lockcluster{Endpoints: addrs, Namespace: g.namespace, TTL: f.ttl}
+	d := &loadgen.Lockcluster{Endpoints: addrs, Namespace: g.namespace, TTL: f.ttl, UnaryWrites: f.unaryWrites}
 	load := loadgen.LoadAvg()
 	var meter *loadgen.CPUMeter
 	if cluster != nil && cfg.Workload != loadgen.Idle && cfg.Workload != loadgen.Failover {

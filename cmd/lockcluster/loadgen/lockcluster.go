@@ -20,7 +20,10 @@ type Lockcluster struct {
 	// endpoints starting at i mod len. Without it every client starts on
 	// the first endpoint, as clients given one LOCKCLUSTER_ADDR do.
 	Rotate bool
-	n      atomic.Int64
+	// UnaryWrites sends requests and releases as unary calls instead of on
+	// the session stream (lockcluster.WithUnaryWrites), to compare.
+	UnaryWrites bool
+	n           atomic.Int64
 }
 
 // Name implements Driver.
@@ -42,6 +45,9 @@ func (d *Lockcluster) Open(ctx context.Context) (Session, error) {
 	}
 	if d.TTL > 0 {
 		opts = append(opts, lockcluster.WithTTL(d.TTL))
+	}
+	if d.UnaryWrites {
+		opts = append(opts, lockcluster.WithUnaryWrites())
 	}
 	c, err := lockcluster.Dial(ctx, eps, opts...)
 	if err != nil {
