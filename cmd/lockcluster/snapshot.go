@@ -30,8 +30,9 @@ session, held lock and queue, at one Raft index.
 
 'snapshot restore FILE --data-dir D --id ID --raft-addr ADDR' seeds a new
 data directory from it: a one-node cluster, started with 'lockcluster serve
---data-dir D --id ID --raft-addr ADDR ...', then grown with --join. New
-locks get fencing tokens above every token in the snapshot.`,
+--data-dir D --id ID --raft-addr ADDR ...', then grown with --join. Its
+member directory starts empty (each new node records itself). New locks
+get fencing tokens above every token in the snapshot.`,
 	}
 	cmd.AddCommand(newSnapshotSave(g), newSnapshotRestore(g))
 	return cmd
@@ -168,14 +169,19 @@ Do not start it where a member of the old cluster can reach it.`,
 			if m.LastIndex() != info.Index {
 				return &exitError{code: exitFailure, msg: fmt.Sprintf("%s: the header says index %d, the state is at %d", args[0], info.Index, m.LastIndex())}
 			}
-			err = raftnode.SeedDataDir(raftnode.Seed{DataDir: filepath.Join(dataDir, "raft"), ID: id, Addr: raftAddr, Index: info.Index, Data: bytes.NewReader(data)})
+			dropped, err := dropDirectory(m)
+			if err != nil {
+				return &exitError{code: exitFailure, msg: fmt.Sprintf("%s: %v", args[0], err)}
+			}
+			err = raftnode.SeedDataDir(raftnode.Seed{DataDir: filepath.Join(dataDir, "raft"), ID: id, Addr: raftAddr, Index: m.LastIndex(), Data: bytes.NewReader(m.Snapshot())})
 			if err != nil {
 				return &exitError{code: exitFailure, msg: err.Error()}
 			}
 			st := m.Stats()
 			if g.output == "json" {
 				return printJSON(os.Stdout, map[string]any{"file": args[0], "dataDir": dataDir, "id": id, "raftAddr": raftAddr,
-					"index": info.Index, "size": info.Size, "sha256": info.SHA256, "sessions": st.Sessions, "held": st.Held, "pending": st.Pending})
+					"index": info.Index, "seededIndex": m.LastIndex(), "membersDropped": dropped,
+					"size": info.Size, "sha256": info.SHA256, "sessions": st.Sessions, "held": st.Held, "pending": st.Pending})
 			}
 			fmt.Printf("restored %s into %s: index %d, %d sessions, %d held, %d pending, sha256 %s\n", args[0], dataDir, info.Index, st.Sessions, st.Held, st.Pending, info.SHA256)
 			fmt.Printf("start it with: lockcluster serve --data-dir %s --id %s --raft-addr %s ...\n", dataDir, id, raftAddr)
@@ -186,6 +192,24 @@ Do not start it where a member of the old cluster can reach it.`,
 	cmd.Flags().StringVar(&id, "id", host, "the new node's id (serve's --id)")
 	cmd.Flags().StringVar(&raftAddr, "raft-addr", "127.0.0.1:7701", "the raft address other nodes dial to reach the new node")
 	return cmd
+}
+
+// dropDirectory empties the restored state's member directory, as a new
+// cluster's is: it names the old cluster's API addresses, which the new
+// leader would probe and a new follower could forward to before the member
+// of that id records itself again. Each removal is applied as the entry
+// after the state's last, so the state stays one the machine reached by
+// applying entries; the seed's index is past them. It returns how many
+// records it removed.
+func dropDirectory(m *fsm.Machine) (int, error) {
+	ms := m.Members()
+	for _, mem := range ms {
+		e := fsm.Entry{Time: time.Now().UnixNano(), Cmd: &fsm.SetMember{Member: fsm.Member{ID: mem.ID}, Remove: true}}
+		if err := m.Apply(m.LastIndex()+1, e).Result.Err; err != nil {
+			return 0, fmt.Errorf("removing the old member record of %s: %v", mem.ID, err)
+		}
+	}
+	return len(ms), nil
 }
 
 // usageArgs wants exactly n arguments.

@@ -104,6 +104,7 @@ func TestSnapshotSaveRestoreRoundTrip(t *testing.T) {
 		maxToken = max(maxToken, l.Token)
 	}
 	sessions := leaderStatus(t, pc.addrs()).Sessions
+	pc.directoryComplete(10 * time.Second) // every member's record is in the state
 
 	file := filepath.Join(t.TempDir(), "backup.snap")
 	out, code := run(t, pc, "snapshot", "save", file, "-o", "json")
@@ -126,8 +127,13 @@ func TestSnapshotSaveRestoreRoundTrip(t *testing.T) {
 
 	rc := restoredCluster(t)
 	n0 := rc.Nodes[0]
-	out, code = run(t, rc, "snapshot", "restore", file, "--data-dir", n0.Dir, "--id", n0.ID, "--raft-addr", n0.Raft)
-	if code != 0 || !strings.Contains(out, "3 held, 1 pending") {
+	out, code = run(t, rc, "snapshot", "restore", file, "--data-dir", n0.Dir, "--id", n0.ID, "--raft-addr", n0.Raft, "-o", "json")
+	var restored struct {
+		Index, SeededIndex                      uint64
+		MembersDropped, Sessions, Held, Pending int
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &restored) != nil || restored.Index != info.Index || restored.Held != 3 || restored.Pending != 1 ||
+		restored.MembersDropped != 3 || restored.SeededIndex != info.Index+3 {
 		t.Fatalf("snapshot restore: exit %d: %s", code, out)
 	}
 	if out, code := run(t, rc, "snapshot", "restore", file, "--data-dir", n0.Dir, "--id", n0.ID, "--raft-addr", n0.Raft); code != exitFailure || !strings.Contains(out, "not empty") {
@@ -261,7 +267,7 @@ func TestSnapshotRestoreRefusesADamagedFile(t *testing.T) {
 	if err := os.WriteFile(file, good, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if out, code := restore(t, file, filepath.Join(dir, "good-data"), "-o", "json"); code != 0 || !strings.Contains(out, `"index": 7`) {
+	if out, code := restore(t, file, filepath.Join(dir, "good-data"), "-o", "json"); code != 0 || !strings.Contains(out, `"index": 7`) || !strings.Contains(out, `"membersDropped": 1`) {
 		t.Fatalf("a sound file: exit %d: %s", code, out)
 	}
 	if out, code := restore(t, file, ""); code != exitUsage {
