@@ -90,6 +90,28 @@ func TestClusterCommands(t *testing.T) {
 	t.Run("leave removes a dead member", func(t *testing.T) {
 		victim := (pc.leader(5*time.Second) + 1) % 3
 		pc.kill(victim)
+		// Before it leaves, the dead member shows as such: members says
+		// unreachable, and status fails naming it, although every endpoint
+		// that answers is healthy.
+		id := pc.Nodes[victim].ID
+		waitFor(t, 30*time.Second, "members to show the killed node unreachable", func() bool {
+			out, _ := run(t, pc, "members")
+			for _, line := range strings.Split(out, "\n") {
+				if strings.HasPrefix(line, id+" ") && strings.Contains(line, "unreachable") {
+					return true
+				}
+			}
+			return false
+		})
+		var alive []string
+		for i, n := range pc.Nodes {
+			if i != victim {
+				alive = append(alive, n.GRPC)
+			}
+		}
+		if out, code := run(t, pc, "status", "--addr", strings.Join(alive, ",")); code != 1 || !strings.Contains(out, id+" unreachable") {
+			t.Fatalf("status with a dead member among the answering endpoints' cluster: exit %d: %s", code, out)
+		}
 		out, code := run(t, pc, "leave", pc.Nodes[victim].ID)
 		if code != 0 {
 			t.Fatalf("leave: exit %d: %s", code, out)

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -35,64 +37,74 @@ func (g *globals) withAdmin(output bool, f func(ctx context.Context, a *lockclus
 func newMembers(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "members",
-		Short: "List the cluster's members",
-		Args:  cobra.NoArgs,
+		Short: "List the cluster's members, and how each looks to the leader",
+		Long: `List the cluster's members. HEALTH is what the leader sees of each, from
+probing its API every second: "ok", "ok, N behind" (committed entries it
+has not applied), "unreachable for 12s", or "unknown" when no leader
+answered or it has not probed the member yet.`,
+		Args: cobra.NoArgs,
 		RunE: g.withAdmin(true, func(ctx context.Context, a *lockcluster.Admin, _ []string) error {
 			ms, err := a.Members(ctx)
 			if err != nil {
 				return g.exit(err)
 			}
-			out := g.memberVersions(ctx, ms)
+			g.fillVersions(ctx, ms)
 			if g.output == "json" {
-				return printJSON(os.Stdout, out)
+				return printJSON(os.Stdout, ms)
 			}
 			w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(w, "ID\tROLE\tSUFFRAGE\tGRPC\tRAFT\tHTTP\tVERSION")
-			for _, m := range out {
+			fmt.Fprintln(w, "ID\tROLE\tSUFFRAGE\tGRPC\tRAFT\tHTTP\tVERSION\tHEALTH")
+			for _, m := range ms {
 				role := "follower"
 				if m.Leader {
 					role = "leader"
 				}
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", m.ID, role, m.Suffrage, m.GRPCAddr, m.RaftAddr, m.HTTPAddr, m.Version)
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", m.ID, role, m.Suffrage, m.GRPCAddr, m.RaftAddr, m.HTTPAddr, m.Version, health(m))
 			}
 			return w.Flush()
 		}),
 	}
 }
 
-// memberVersion is a member and the version its node reports.
-type memberVersion struct {
-	lockcluster.Member
-	Version string `json:"version,omitempty"`
+// health says how member m looks to the leader.
+func health(m lockcluster.Member) string {
+	switch {
+	case !m.Probed:
+		return "unknown"
+	case !m.Reachable && m.LastContact.IsZero():
+		return "unreachable (never answered this leader)"
+	case !m.Reachable:
+		return "unreachable for " + time.Since(m.LastContact).Round(time.Second).String()
+	case m.Lag > 0:
+		return fmt.Sprintf("ok, %d behind", m.Lag)
+	}
+	return "ok"
 }
 
-// memberVersions asks each member (at its client API address) for its
-// version; one that does not answer shows none.
-func (g *globals) memberVersions(ctx context.Context, ms []lockcluster.Member) []memberVersion {
-	out := make([]memberVersion, len(ms))
+// fillVersions asks the members the leader has no version for (it has not
+// probed them) for theirs, at their client API addresses.
+func (g *globals) fillVersions(ctx context.Context, ms []lockcluster.Member) {
 	var addrs []string
-	for i, m := range ms {
-		out[i].Member = m
-		if m.GRPCAddr != "" {
+	for _, m := range ms {
+		if m.Version == "" && m.GRPCAddr != "" {
 			addrs = append(addrs, m.GRPCAddr)
 		}
 	}
 	if len(addrs) == 0 {
-		return out
+		return
 	}
 	a, err := g.admin(addrs...)
 	if err != nil {
-		return out
+		return
 	}
 	defer a.Close()
 	for _, st := range a.Status(ctx) {
-		for i := range out {
-			if out[i].GRPCAddr == st.Addr && st.Err == "" {
-				out[i].Version = st.Version
+		for i := range ms {
+			if ms[i].Version == "" && ms[i].GRPCAddr == st.Addr && st.Err == "" {
+				ms[i].Version = st.Version
 			}
 		}
 	}
-	return out
 }
 
 func newStatus(g *globals) *cobra.Command {
@@ -126,6 +138,18 @@ func newStatus(g *globals) *cobra.Command {
 			if failed > 0 {
 				// A probe or a script must not read a dead node as healthy.
 				return &exitError{code: exitFailure, msg: fmt.Sprintf("%d of %d endpoints did not answer (see ERROR)", failed, len(sts))}
+			}
+			// Nor a member that is not among the endpoints asked.
+			if ms, err := a.Members(ctx); err == nil {
+				var down []string
+				for _, m := range ms {
+					if m.Probed && !m.Reachable {
+						down = append(down, m.ID+" "+health(m))
+					}
+				}
+				if len(down) > 0 {
+					return &exitError{code: exitFailure, msg: "as the leader sees them: " + strings.Join(down, "; ")}
+				}
 			}
 			return nil
 		}),

@@ -56,7 +56,7 @@ func TestVersion(t *testing.T) {
 			}
 		}
 		out, code = run(t, pc, "members", "-o", "json")
-		var ms []memberVersion
+		var ms []lockcluster.Member
 		if code != 0 || json.Unmarshal([]byte(out), &ms) != nil || len(ms) != 3 {
 			t.Fatalf("members: exit %d: %s", code, out)
 		}
