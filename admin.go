@@ -130,12 +130,25 @@ func (a *Admin) Members(ctx context.Context) ([]Member, error) {
 	return out, nil
 }
 
+// JoinResult is what the leader said of a join.
+type JoinResult struct {
+	// Voters in the configuration after the join.
+	Voters int `json:"voters"`
+	// Warning, when set, is for the operator: an even number of voters.
+	Warning string `json:"warning,omitempty"`
+}
+
 // Join adds a node (its id, raft address and API addresses) as a voter.
-func (a *Admin) Join(ctx context.Context, m Member) error {
-	return a.cluster(ctx, func(ctx context.Context, cc pb.ClusterClient) error {
-		_, err := cc.Join(ctx, &pb.JoinRequest{Id: m.ID, RaftAddr: m.RaftAddr, GrpcAddr: m.GRPCAddr, HttpAddr: m.HTTPAddr})
+func (a *Admin) Join(ctx context.Context, m Member) (JoinResult, error) {
+	var out JoinResult
+	err := a.cluster(ctx, func(ctx context.Context, cc pb.ClusterClient) error {
+		resp, err := cc.Join(ctx, &pb.JoinRequest{Id: m.ID, RaftAddr: m.RaftAddr, GrpcAddr: m.GRPCAddr, HttpAddr: m.HTTPAddr})
+		if err == nil {
+			out = JoinResult{Voters: int(resp.Voters), Warning: resp.Warning}
+		}
 		return err
 	})
+	return out, err
 }
 
 // Leave removes a member (also one that is dead).

@@ -2814,7 +2814,13 @@ func (x *JoinRequest) GetHttpAddr() string {
 }
 
 type JoinResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Voters in the configuration after the join.
+	Voters uint32 `protobuf:"varint,1,opt,name=voters,proto3" json:"voters,omitempty"`
+	// Set when the join leaves the cluster in a state an operator should
+	// hear of: an even number of voters tolerates no more failures than one
+	// voter fewer, and needs a larger majority.
+	Warning       string `protobuf:"bytes,2,opt,name=warning,proto3" json:"warning,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2847,6 +2853,20 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
 	return file_lockcluster_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *JoinResponse) GetVoters() uint32 {
+	if x != nil {
+		return x.Voters
+	}
+	return 0
+}
+
+func (x *JoinResponse) GetWarning() string {
+	if x != nil {
+		return x.Warning
+	}
+	return ""
 }
 
 type LeaveRequest struct {
@@ -3424,8 +3444,10 @@ const file_lockcluster_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x1b\n" +
 	"\tgrpc_addr\x18\x03 \x01(\tR\bgrpcAddr\x12\x1b\n" +
-	"\thttp_addr\x18\x04 \x01(\tR\bhttpAddr\"\x0e\n" +
-	"\fJoinResponse\"\x1e\n" +
+	"\thttp_addr\x18\x04 \x01(\tR\bhttpAddr\"@\n" +
+	"\fJoinResponse\x12\x16\n" +
+	"\x06voters\x18\x01 \x01(\rR\x06voters\x12\x18\n" +
+	"\awarning\x18\x02 \x01(\tR\awarning\"\x1e\n" +
 	"\fLeaveRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"\x0f\n" +
 	"\rLeaveResponse\"/\n" +

@@ -246,10 +246,13 @@ func (n *Node) join(ctx context.Context, self fsm.Member) {
 	req := &pb.JoinRequest{Id: self.ID, RaftAddr: self.RaftAddr, GrpcAddr: self.GRPCAddr, HttpAddr: self.HTTPAddr}
 	for {
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		_, err := pb.NewClusterClient(cc).Join(cctx, req)
+		resp, err := pb.NewClusterClient(cc).Join(cctx, req)
 		cancel()
 		if err == nil {
-			n.log.Info("joined the cluster", "through", n.cfg.Join)
+			n.log.Info("joined the cluster", "through", n.cfg.Join, "voters", resp.Voters)
+			if resp.Warning != "" {
+				n.log.Warn(resp.Warning)
+			}
 			return
 		}
 		n.log.Warn("joining the cluster failed; retrying", "through", n.cfg.Join, "error", err)

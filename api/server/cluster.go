@@ -102,8 +102,29 @@ func (s *Server) join(ctx context.Context, req *pb.JoinRequest) (*pb.JoinRespons
 	if err := s.setMember(ctx, m, false); err != nil {
 		return nil, err
 	}
-	s.log.Info("member joined", "id", req.Id, "raft", req.RaftAddr, "grpc", req.GrpcAddr)
-	return &pb.JoinResponse{}, nil
+	resp := &pb.JoinResponse{}
+	if ms, err := node.Members(); err == nil {
+		for _, m := range ms {
+			if m.Suffrage == "Voter" {
+				resp.Voters++
+			}
+		}
+	}
+	resp.Warning = evenVoters(resp.Voters)
+	s.log.Info("member joined", "id", req.Id, "raft", req.RaftAddr, "grpc", req.GrpcAddr, "voters", resp.Voters)
+	if resp.Warning != "" {
+		s.log.Warn(resp.Warning)
+	}
+	return resp, nil
+}
+
+// evenVoters warns of an even number of voters, as etcd's docs do: n even
+// tolerates as many failures as n-1, with a larger quorum to reach.
+func evenVoters(n uint32) string {
+	if n == 0 || n%2 != 0 {
+		return ""
+	}
+	return fmt.Sprintf("the cluster now has %d voters: an even count tolerates no more failures than %d voters (%d) and needs a majority of %d; add or remove one voter", n, n-1, (n-1)/2, n/2+1)
 }
 
 func (s *Server) Leave(ctx context.Context, req *pb.LeaveRequest) (*pb.LeaveResponse, error) {

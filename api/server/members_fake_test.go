@@ -1,6 +1,7 @@
 package server
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -62,5 +63,20 @@ func TestMembersShowWhatTheLeaderSees(t *testing.T) {
 	}
 	if !ms["n1"].Leader || ms["n1"].Lag != 0 {
 		t.Fatalf("the leader: %v", ms["n1"])
+	}
+}
+
+// A join that leaves an even number of voters says so (and the log warns):
+// four voters tolerate one failure, as three do, with a larger majority.
+func TestJoinWarnsOfAnEvenVoterCount(t *testing.T) {
+	fc := newFakeCluster(t, 3, fakeOptions{})
+	ctx := testCtx(t)
+	r, err := fc.node("n2").clus.Join(ctx, &pb.JoinRequest{Id: "n4", RaftAddr: "raft-n4"})
+	if err != nil || r.Voters != 4 || !strings.Contains(r.Warning, "4 voters") {
+		t.Fatalf("the fourth voter: %v, %v: want a warning", r, err)
+	}
+	r, err = fc.node("n2").clus.Join(ctx, &pb.JoinRequest{Id: "n5", RaftAddr: "raft-n5"})
+	if err != nil || r.Voters != 5 || r.Warning != "" {
+		t.Fatalf("the fifth voter: %v, %v: want no warning", r, err)
 	}
 }

@@ -170,13 +170,17 @@ func newJoin(g *globals) *cobra.Command {
 			return nil
 		},
 		RunE: g.withAdmin(true, func(ctx context.Context, a *lockcluster.Admin, _ []string) error {
-			if err := a.Join(ctx, m); err != nil {
+			res, err := a.Join(ctx, m)
+			if err != nil {
 				return g.exit(err)
 			}
 			if g.output == "json" {
-				return printJSON(os.Stdout, map[string]any{"id": m.ID, "joined": true})
+				return printJSON(os.Stdout, map[string]any{"id": m.ID, "joined": true, "voters": res.Voters, "warning": res.Warning})
 			}
-			fmt.Printf("%s joined\n", m.ID)
+			fmt.Printf("%s joined (%d voters)\n", m.ID, res.Voters)
+			if res.Warning != "" {
+				fmt.Fprintln(os.Stderr, "warning: "+res.Warning)
+			}
 			return nil
 		}),
 	}
