@@ -274,3 +274,25 @@ func TestSnapshotRestoreRefusesADamagedFile(t *testing.T) {
 		t.Fatalf("no --data-dir: exit %d: %s", code, out)
 	}
 }
+
+// With auth on, a snapshot needs an admin credential; a follower relays
+// an admin's call to the leader with its own.
+func TestSnapshotSaveNeedsAnAdmin(t *testing.T) {
+	config := filepath.Join(t.TempDir(), "lockcluster.yaml")
+	if err := os.WriteFile(config, []byte("auth:\n  admin-tokens: [\""+adminToken+"\"]\n  namespaces:\n    a:\n      tokens: [\""+tokenA+"\"]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	pc := startProcsWith(t, 3, func(string) []string { return []string{"--config", config} }, []lockcluster.Option{lockcluster.WithToken(adminToken)})
+	pc.directoryComplete(10 * time.Second)
+	file := filepath.Join(t.TempDir(), "backup.snap")
+	if out, code := run(t, pc, "snapshot", "save", file, "--token", tokenA); code != exitNoPerm {
+		t.Fatalf("a namespace token: exit %d: %s", code, out)
+	}
+	if _, err := os.Stat(file); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a refused save left %s: %v", file, err)
+	}
+	follower := pc.Nodes[(pc.leader(5*time.Second)+1)%3].GRPC
+	if out, code := run(t, pc, "snapshot", "save", file, "--token", adminToken, "--addr", follower); code != 0 {
+		t.Fatalf("an admin token via a follower: exit %d: %s", code, out)
+	}
+}
