@@ -167,7 +167,9 @@ func (m *Metrics) ServerOptions() []grpc.ServerOption {
 // CallInterceptor is the unary metrics interceptor alone, for the calls
 // that arrive on session streams: they are counted under their unary
 // method's name.
-func (m *Metrics) CallInterceptor() grpc.UnaryServerInterceptor { return m.grpc.UnaryServerInterceptor() }
+func (m *Metrics) CallInterceptor() grpc.UnaryServerInterceptor {
+	return m.grpc.UnaryServerInterceptor()
+}
 
 // InitializeGRPC creates the series of every method registered on s at
 // zero, so that rates exist before the first call. Call it once the
