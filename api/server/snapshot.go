@@ -79,23 +79,30 @@ func (s *Server) relaySnapshot(ctx context.Context, notLeader error, req *pb.Sav
 	fctx, cancel := context.WithCancel(s.forwardContext(ctx))
 	defer cancel()
 	slow := time.AfterFunc(forwardTimeout, cancel)
+	slowLeader := func() error {
+		return withInfo(codes.Unavailable, pb.ErrorReason_NOT_LEADER, "NotLeader",
+			"the leader did not start the snapshot in time (retry)", nil)
+	}
 	up, err := pb.NewClusterClient(cc).SaveSnapshot(fctx, req)
-	for first := true; err == nil; first = false {
+	started := false
+	for err == nil {
 		var m *pb.SnapshotChunk
 		if m, err = up.Recv(); err != nil {
 			break
 		}
-		if first && !slow.Stop() {
-			break // the timer fired: fctx is done, the next Recv says so
+		if !started {
+			if !slow.Stop() {
+				return slowLeader() // the timer fired: fctx is cancelled
+			}
+			started = true
 		}
 		err = stream.Send(m)
 	}
-	if errors.Is(err, io.EOF) {
+	switch {
+	case errors.Is(err, io.EOF):
 		return nil
-	}
-	if ctx.Err() == nil && fctx.Err() != nil {
-		return withInfo(codes.Unavailable, pb.ErrorReason_NOT_LEADER, "NotLeader",
-			"the leader did not start the snapshot in time (retry)", nil)
+	case !started && ctx.Err() == nil && !slow.Stop():
+		return slowLeader()
 	}
 	return err
 }
