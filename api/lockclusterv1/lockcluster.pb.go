@@ -2746,11 +2746,15 @@ func (x *MembersResponse) GetMembers() []*Member {
 }
 
 type JoinRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	RaftAddr      string                 `protobuf:"bytes,2,opt,name=raft_addr,json=raftAddr,proto3" json:"raft_addr,omitempty"`
-	GrpcAddr      string                 `protobuf:"bytes,3,opt,name=grpc_addr,json=grpcAddr,proto3" json:"grpc_addr,omitempty"`
-	HttpAddr      string                 `protobuf:"bytes,4,opt,name=http_addr,json=httpAddr,proto3" json:"http_addr,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Id       string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	RaftAddr string                 `protobuf:"bytes,2,opt,name=raft_addr,json=raftAddr,proto3" json:"raft_addr,omitempty"`
+	GrpcAddr string                 `protobuf:"bytes,3,opt,name=grpc_addr,json=grpcAddr,proto3" json:"grpc_addr,omitempty"`
+	HttpAddr string                 `protobuf:"bytes,4,opt,name=http_addr,json=httpAddr,proto3" json:"http_addr,omitempty"`
+	// Only record the member's addresses in the directory: fail with
+	// NOT_MEMBER, rather than add it, if it is not a member. A node records
+	// itself so, so that it never re-adds itself after a leave.
+	RecordOnly    bool `protobuf:"varint,5,opt,name=record_only,json=recordOnly,proto3" json:"record_only,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2811,6 +2815,13 @@ func (x *JoinRequest) GetHttpAddr() string {
 		return x.HttpAddr
 	}
 	return ""
+}
+
+func (x *JoinRequest) GetRecordOnly() bool {
+	if x != nil {
+		return x.RecordOnly
+	}
+	return false
 }
 
 type JoinResponse struct {
@@ -3439,12 +3450,14 @@ const file_lockcluster_proto_rawDesc = "" +
 	"\rapplied_index\x18\v \x01(\x04R\fappliedIndex\x12\x18\n" +
 	"\aversion\x18\f \x01(\tR\aversion\"C\n" +
 	"\x0fMembersResponse\x120\n" +
-	"\amembers\x18\x01 \x03(\v2\x16.lockcluster.v1.MemberR\amembers\"t\n" +
+	"\amembers\x18\x01 \x03(\v2\x16.lockcluster.v1.MemberR\amembers\"\x95\x01\n" +
 	"\vJoinRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x1b\n" +
 	"\tgrpc_addr\x18\x03 \x01(\tR\bgrpcAddr\x12\x1b\n" +
-	"\thttp_addr\x18\x04 \x01(\tR\bhttpAddr\"@\n" +
+	"\thttp_addr\x18\x04 \x01(\tR\bhttpAddr\x12\x1f\n" +
+	"\vrecord_only\x18\x05 \x01(\bR\n" +
+	"recordOnly\"@\n" +
 	"\fJoinResponse\x12\x16\n" +
 	"\x06voters\x18\x01 \x01(\rR\x06voters\x12\x18\n" +
 	"\awarning\x18\x02 \x01(\tR\awarning\"\x1e\n" +

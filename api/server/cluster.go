@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 
 	"google.golang.org/grpc"
@@ -10,6 +11,7 @@ import (
 	pb "github.com/lockcluster/lockcluster/api/lockclusterv1"
 	"github.com/lockcluster/lockcluster/api/rpcerr"
 	"github.com/lockcluster/lockcluster/fsm"
+	"github.com/lockcluster/lockcluster/raftnode"
 )
 
 // Version is reported by Status; the build may set it.
@@ -92,10 +94,22 @@ func (s *Server) Join(ctx context.Context, req *pb.JoinRequest) (*pb.JoinRespons
 	return resp, nil
 }
 
-// join adds the voter and records it in the member directory, on the leader.
+// join adds the voter and records it in the member directory, on the
+// leader; with record_only, it records a member only.
 func (s *Server) join(ctx context.Context, req *pb.JoinRequest) (*pb.JoinResponse, error) {
 	node := s.replica()
-	if err := node.Join(ctx, req.Id, req.RaftAddr); err != nil {
+	if req.RecordOnly {
+		if !node.IsLeader() {
+			return nil, s.notLeader()
+		}
+		ms, err := node.Members()
+		if err != nil {
+			return nil, err
+		}
+		if !slices.ContainsFunc(ms, func(m raftnode.Member) bool { return m.ID == req.Id }) {
+			return nil, fmt.Errorf("%w: %s is not a member (removed by leave?): not recording it", raftnode.ErrNotMember, req.Id)
+		}
+	} else if err := node.Join(ctx, req.Id, req.RaftAddr); err != nil {
 		return nil, err
 	}
 	m := fsm.Member{ID: req.Id, RaftAddr: req.RaftAddr, GRPCAddr: req.GrpcAddr, HTTPAddr: req.HttpAddr}
