@@ -100,6 +100,7 @@ type Node struct {
 	wg            sync.WaitGroup
 	once          sync.Once
 	closeErr      error
+	removed       chan struct{} // removed.go
 }
 
 // Start starts a node and returns once it serves (it may not have a leader
@@ -114,7 +115,7 @@ func Start(cfg Config) (*Node, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("node: data directory %s: %w", cfg.DataDir, err)
 	}
-	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.ID)}
+	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.ID), removed: make(chan struct{})}
 	if err := n.secure(); err != nil {
 		return nil, err
 	}
@@ -203,8 +204,9 @@ func (n *Node) start() error {
 			}
 		}()
 	}
-	n.wg.Add(1)
+	n.wg.Add(2)
 	go func() { defer n.wg.Done(); n.watchHealth(ctx) }()
+	go func() { defer n.wg.Done(); n.watchRemoval(ctx) }()
 	if cfg.Join != "" && len(cfg.Bootstrap) == 0 {
 		n.wg.Add(1)
 		go func() { defer n.wg.Done(); n.join(ctx, self) }()

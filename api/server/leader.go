@@ -78,10 +78,12 @@ func (s *Server) registered() bool {
 
 // register makes sure the member directory holds this node's record, so
 // that other nodes can forward to it when it leads. A follower asks the
-// leader (Join is idempotent); the leader records itself in lead.
+// leader to record it (Join, record_only); the leader records itself in
+// lead.
 func (s *Server) register(ctx context.Context) {
 	self := s.cfg.Self
-	req := &pb.JoinRequest{Id: self.ID, RaftAddr: self.RaftAddr, GrpcAddr: self.GRPCAddr, HttpAddr: self.HTTPAddr}
+	// Record only: a node removed by leave must not add itself back.
+	req := &pb.JoinRequest{Id: self.ID, RaftAddr: self.RaftAddr, GrpcAddr: self.GRPCAddr, HttpAddr: self.HTTPAddr, RecordOnly: true}
 	wait := 10 * time.Millisecond // the leader records itself first
 	for !s.registered() {
 		if !s.replica().IsLeader() {
@@ -110,8 +112,9 @@ func (s *Server) setMember(ctx context.Context, m fsm.Member, remove bool) error
 	return ap.Result.Err
 }
 
-// sessionReplica is what session liveness reads of this node's log when it
-// re-arms: the read barrier and the applied sessions.
+// sessionReplica is what session liveness reads of this node's log: for
+// the re-arm, the read barrier and the applied sessions; for every batch
+// of renewals, a confirmation of leadership.
 type sessionReplica struct{ s *Server }
 
 func (r sessionReplica) Barrier(ctx context.Context) error {
@@ -120,6 +123,15 @@ func (r sessionReplica) Barrier(ctx context.Context) error {
 		return raftnode.ErrShutdown
 	}
 	return node.ReadBarrier(ctx)
+}
+
+// Confirm is the read barrier too: raftnode exports no lighter check, and
+// the barrier's VerifyLeader round, bound to the term it started in, is
+// what the confirmation needs (its term barrier runs once per term; its
+// wait for the FSM is short on a leader). Session liveness runs at most
+// one per Flush.
+func (r sessionReplica) Confirm(ctx context.Context) error {
+	return r.Barrier(ctx)
 }
 
 func (r sessionReplica) Sessions() []session.Info {

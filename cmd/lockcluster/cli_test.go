@@ -128,3 +128,30 @@ func TestClusterCommands(t *testing.T) {
 		}
 	})
 }
+
+// A live node removed by leave says so and exits, instead of campaigning
+// and logging forever (raft stops replicating to it at once, so it often
+// never applies its own removal).
+func TestRemovedNodeStops(t *testing.T) {
+	pc := startProcs(t, 3)
+	victim := (pc.leader(15*time.Second) + 1) % 3
+	// The removed node asks the members its directory knows whether it
+	// is still one.
+	pc.directoryComplete(15 * time.Second)
+	if out, code := run(t, pc, "leave", pc.Nodes[victim].ID); code != 0 {
+		t.Fatalf("leave: exit %d: %s", code, out)
+	}
+	select {
+	case <-pc.Done(victim):
+	case <-time.After(60 * time.Second): // only stops a hung test
+		t.Fatalf("the removed node %s still runs", pc.Nodes[victim].ID)
+	}
+	if st := pc.ProcessState(victim); st == nil || st.ExitCode() != exitFailure {
+		t.Fatalf("the removed node exited with %v, want %d", st, exitFailure)
+	}
+	log, _ := os.ReadFile(pc.Nodes[victim].Log)
+	if !strings.Contains(string(log), "removed from the cluster") {
+		t.Fatalf("the removed node's log does not say why it stopped:\n%s", log)
+	}
+	pc.leader(15 * time.Second) // the other two carry on
+}

@@ -263,11 +263,20 @@ func (c *serveConfig) run() error {
 	}
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
-	s := <-sig
-	logger.Info("stopping", "signal", s.String())
+	removed := false
+	select {
+	case s := <-sig:
+		logger.Info("stopping", "signal", s.String())
+	case <-n.Removed():
+		removed = true
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
-	return n.Close(ctx)
+	err = n.Close(ctx)
+	if removed {
+		return &exitError{code: exitFailure, msg: "this node was removed from the cluster (lockcluster leave); clear its data directory to join it again"}
+	}
+	return err
 }
 
 // dialOverride maps server ids to the addresses to dial instead of theirs.
