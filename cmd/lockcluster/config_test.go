@@ -77,3 +77,30 @@ func TestParseBytes(t *testing.T) {
 		}
 	}
 }
+
+// The sample config file is the settings table's: the committed one is
+// what 'serve --sample-config' prints, and read back it sets every setting
+// to its default.
+func TestSampleConfig(t *testing.T) {
+	committed, err := os.ReadFile("../../deploy/lockcluster.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(committed) != string(sampleConfig()) {
+		t.Fatal("deploy/lockcluster.yaml is not what 'serve --sample-config' prints: run 'go generate ./cmd/lockcluster'")
+	}
+	file := filepath.Join(t.TempDir(), "sample.yaml")
+	if err := os.WriteFile(file, committed, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var zero serveConfig
+	if err := readFile(file, zero.settings(), map[string]any{"auth": &zero.auth}); err != nil {
+		t.Fatalf("the sample does not read: %v", err)
+	}
+	got, want := zero.settings(), defaultServeConfig().settings()
+	for i := range want {
+		if want[i].key != "id" && got[i].yamlValue() != want[i].yamlValue() {
+			t.Errorf("%s: the sample sets %s, the default is %s", want[i].key, got[i].yamlValue(), want[i].yamlValue())
+		}
+	}
+}

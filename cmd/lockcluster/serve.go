@@ -125,6 +125,7 @@ func newServe() *cobra.Command { return serveCommand(defaultServeConfig()) }
 // serveCommand is the serve command, its settings bound to c.
 func serveCommand(c *serveConfig) *cobra.Command {
 	var file string
+	var sample bool
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run one lockcluster node",
@@ -157,6 +158,10 @@ Without an auth section any client may use any namespace, and the node says so
 in its log.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if sample {
+				_, err := os.Stdout.Write(sampleConfig())
+				return err
+			}
 			if file == "" {
 				file = os.Getenv("LOCKCLUSTER_CONFIG")
 			}
@@ -168,6 +173,7 @@ in its log.`,
 	}
 	bindFlags(cmd.Flags(), c.settings())
 	cmd.Flags().StringVar(&file, "config", "", "YAML config file (env LOCKCLUSTER_CONFIG)")
+	cmd.Flags().BoolVar(&sample, "sample-config", false, "print a config file with every setting at its default, and exit")
 	return cmd
 }
 
