@@ -295,7 +295,7 @@ func (n *Node) httpHandler() http.Handler {
 		authorize = n.authz.HTTP
 	}
 	mux.Handle("/metrics", web.Protect(authorize, n.metrics.Handler()))
-	mux.Handle("/", web.Handler(web.Options{NodeID: n.cfg.ID, Machine: n.machine, Raft: n.raft, Authorize: authorize}))
+	mux.Handle("/", web.Handler(web.Options{NodeID: n.cfg.ID, Machine: n.machine, Raft: n.raft, Authorize: authorize, Health: n.memberHealth}))
 	mux.HandleFunc("/livez", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
 		if err := n.raft.Diverged(); err != nil {
@@ -382,4 +382,27 @@ func chainCalls(ics ...grpc.UnaryServerInterceptor) grpc.UnaryServerInterceptor 
 		}
 		return next(ctx, req)
 	}
+}
+
+// memberHealth is what the leader sees of each member, for the status
+// page: the server's Members answer, which a follower forwards.
+func (n *Node) memberHealth() map[string]web.Health {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	resp, err := n.srv.Members(ctx, &pb.MembersRequest{})
+	if err != nil {
+		return nil
+	}
+	out := map[string]web.Health{}
+	for _, m := range resp.Members {
+		if !m.Probed {
+			continue
+		}
+		h := web.Health{Reachable: m.Reachable, Lag: m.Lag, SinceContactSeconds: -1}
+		if m.SinceContact != nil {
+			h.SinceContactSeconds = m.SinceContact.AsDuration().Seconds()
+		}
+		out[m.Id] = h
+	}
+	return out
 }

@@ -28,6 +28,18 @@ type member struct {
 	RaftAddr string `json:"raftAddr,omitempty"`
 	GRPCAddr string `json:"grpcAddr,omitempty"`
 	HTTPAddr string `json:"httpAddr,omitempty"`
+	// Health is what the leader sees of the member (Options.Health); nil
+	// when no leader answered.
+	Health *Health `json:"health,omitempty"`
+}
+
+// Health is what the leader's probes saw of a member: whether its API
+// answered the last one, how long ago it last did (-1: never, in this
+// leader's term), and how many committed entries it had not applied.
+type Health struct {
+	Reachable           bool    `json:"reachable"`
+	SinceContactSeconds float64 `json:"sinceContactSeconds"`
+	Lag                 uint64  `json:"lag"`
 }
 
 // namespace is one namespace's sessions and locks. Held and Pending list
@@ -130,6 +142,14 @@ func members(o Options) []member {
 				out = append(out, member{ID: m.ID, Suffrage: m.Suffrage, Leader: m.Leader, Self: m.ID == o.NodeID,
 					RaftAddr: m.Addr, GRPCAddr: d.GRPCAddr, HTTPAddr: d.HTTPAddr})
 				seen[m.ID] = true
+			}
+		}
+	}
+	if o.Health != nil {
+		health := o.Health()
+		for i := range out {
+			if h, ok := health[out[i].ID]; ok {
+				out[i].Health = &h
 			}
 		}
 	}

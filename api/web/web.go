@@ -51,6 +51,9 @@ type Options struct {
 	// a browser asks for credentials (and then sends them with the page's
 	// polls too). nil: open to anyone who reaches the port.
 	Authorize func(*http.Request) bool
+	// Health, when set, returns what the leader sees of each member, by id
+	// (api/node asks the leader); members it omits show no health.
+	Health func() map[string]Health
 	// maxLocks (tests) bounds the held and the pending locks listed per namespace
 	// (default 200); the counts are always complete.
 	maxLocks int

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/lockcluster/lockcluster/fsm"
+	"github.com/lockcluster/lockcluster/raftnode"
 )
 
 // machine returns a lock manager where namespace billing has alpha holding
@@ -120,5 +121,24 @@ func TestAuthorize(t *testing.T) {
 	h.ServeHTTP(rec, req)
 	if rec.Code != 200 || !strings.Contains(rec.Body.String(), "invoices") {
 		t.Errorf("GET /api/state authorized: %d %q", rec.Code, rec.Body.String())
+	}
+}
+
+type fakeRaft struct{ ms []raftnode.Member }
+
+func (f fakeRaft) Members() ([]raftnode.Member, error) { return f.ms, nil }
+func (f fakeRaft) State() string                       { return "Follower" }
+func (f fakeRaft) Leader() (string, string)            { return "n1", "raft-n1" }
+
+// The members carry what the leader sees of each (Options.Health): a dead
+// member shows unreachable, not as a follower among the others.
+func TestMembersShowHealth(t *testing.T) {
+	ms := []raftnode.Member{{ID: "n1", Suffrage: "Voter", Leader: true}, {ID: "n2", Suffrage: "Voter"}, {ID: "n3", Suffrage: "Voter"}}
+	st := snapshot(Options{NodeID: "n2", Raft: fakeRaft{ms}, Machine: fsm.New(), Health: func() map[string]Health {
+		return map[string]Health{"n1": {Reachable: true}, "n3": {SinceContactSeconds: 12}}
+	}})
+	if len(st.Members) != 3 || st.Members[0].Health == nil || !st.Members[0].Health.Reachable || st.Members[1].Health != nil ||
+		st.Members[2].Health == nil || st.Members[2].Health.Reachable || st.Members[2].Health.SinceContactSeconds != 12 {
+		t.Fatalf("members: %+v", st.Members)
 	}
 }

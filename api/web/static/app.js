@@ -63,8 +63,18 @@
       el("td", null, m.leader ? el("span", { class: "chip leader" }, "leader") : el("span", { class: "chip" }, (m.suffrage || "directory only").toLowerCase())),
       el("td", { class: "mono" }, m.raftAddr || ""),
       el("td", { class: "mono" }, m.grpcAddr || ""),
-      el("td", { class: "mono" }, m.httpAddr ? el("a", { href: "//" + m.httpAddr + "/" }, m.httpAddr) : "")));
-    $("members").replaceChildren(table([["id"], ["role"], ["raft"], ["gRPC"], ["HTTP (status page)"]], rows));
+      el("td", { class: "mono" }, m.httpAddr ? el("a", { href: "//" + m.httpAddr + "/" }, m.httpAddr) : ""),
+      el("td", null, health(m.health))));
+    $("members").replaceChildren(table([["id"], ["role"], ["raft"], ["gRPC"], ["HTTP (status page)"], ["health (as the leader sees it)"]], rows));
+  }
+
+  function health(h) {
+    if (!h) return el("span", { class: "muted" }, "unknown");
+    if (!h.reachable) {
+      const since = h.sinceContactSeconds < 0 ? "never answered this leader" : "for " + Math.round(h.sinceContactSeconds) + "s";
+      return el("span", { class: "chip unreachable" }, "unreachable " + since);
+    }
+    return el("span", { class: "chip ok" }, h.lag > 0 ? "ok, " + h.lag + " behind" : "ok");
   }
 
   function holder(l) {
