@@ -67,7 +67,7 @@ func run() error {
 	bin := flag.String("lockcluster-bin", "", "the lockcluster binary to start a local 3-node cluster with")
 	addr := flag.String("lockcluster-addr", "", "or: an existing lockcluster cluster's endpoints, comma-separated")
 	workloads := flag.String("workloads", "uncontended,contended", "comma-separated: uncontended, contended, rw, ifavailable, churn")
-	workersList := flag.String("workers", "64", "comma-separated worker counts; the ratio line uses the first")
+	workersList := flag.String("workers", "64,1", "comma-separated worker counts; the uncontended/contended ratio line uses the first, the single-worker line a run of 1")
 	duration := flag.Duration("duration", 10*time.Second, "measured window of each run")
 	warmup := flag.Duration("warmup", time.Second, "warm-up before each run")
 	hold := flag.Duration("hold", 0, "how long each lock is held")
@@ -146,8 +146,35 @@ func run() error {
 		}
 		return "n/a"
 	}
+	// The last line keeps its form; the single-worker line comes before it.
+	fmt.Printf("ratio lockcluster/etcd single-worker-acquire-p50=%s\n", singleWorkerRatio(pairs))
 	fmt.Printf("ratio lockcluster/etcd uncontended=%s contended=%s\n", ratio(loadgen.Uncontended), ratio(loadgen.Contended))
 	return nil
+}
+
+// singleWorkerRatio is etcd's acquire p50 over ours with one worker (>= 1
+// when lockcluster is faster): from an uncontended one-worker run, or else
+// any one-worker run, or else the contended runs' one-commit baselines.
+func singleWorkerRatio(pairs []pair) string {
+	format := func(etcd, ours float64) string {
+		if etcd <= 0 || ours <= 0 {
+			return "n/a"
+		}
+		return strconv.FormatFloat(etcd/ours, 'f', 2, 64)
+	}
+	for _, wl := range []string{loadgen.Uncontended, ""} {
+		for _, p := range pairs {
+			if p.Workers == 1 && (wl == "" || p.Workload == wl) {
+				return format(p.Etcd.Acquire.P50MS, p.Lockcluster.Acquire.P50MS)
+			}
+		}
+	}
+	for _, p := range pairs {
+		if p.Etcd.CommitP50MS > 0 && p.Lockcluster.CommitP50MS > 0 {
+			return format(p.Etcd.CommitP50MS, p.Lockcluster.CommitP50MS)
+		}
+	}
+	return "n/a"
 }
 
 // measure runs one workload and adds the servers' CPU and RSS.
