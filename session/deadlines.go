@@ -162,10 +162,17 @@ func (t *deadlines) Ended(id uint64) {
 // now. When leading it returns the ids it does not know (ended sessions);
 // otherwise it renews nothing and says where the table stands.
 func (t *deadlines) Touch(ids ...uint64) (unknown []uint64, st termState) {
+	unknown, _, st = t.touch(ids...)
+	return unknown, st
+}
+
+// touch is Touch, and also names the term the renewal was made in (see
+// holds).
+func (t *deadlines) touch(ids ...uint64) (unknown []uint64, epoch uint64, st termState) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.state != leading {
-		return nil, t.state
+		return nil, t.epoch, t.state
 	}
 	now := t.cfg.Now()
 	for _, id := range ids {
@@ -180,7 +187,15 @@ func (t *deadlines) Touch(ids ...uint64) (unknown []uint64, st termState) {
 		}
 		t.armLocked(id, ttl, now)
 	}
-	return unknown, leading
+	return unknown, t.epoch, leading
+}
+
+// holds reports whether the table still leads in the term of epoch: no
+// change of leadership has reached it since.
+func (t *deadlines) holds(epoch uint64) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.state == leading && t.epoch == epoch
 }
 
 // slot is the wheel slot of a deadline: the first tick boundary at or after

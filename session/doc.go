@@ -4,7 +4,9 @@
 // expiry proposed when a deadline passes; the re-arm of every session when
 // this node gains leadership, only after it has applied the whole log; and
 // the heartbeat path, which renews on the leader and, on a follower,
-// batches heartbeats and forwards them to the leader. Followers expire
+// batches heartbeats and forwards them to the leader. The leader
+// acknowledges a renewal only once a quorum has confirmed its leadership
+// after it (one confirmation covers many renewals). Followers expire
 // nothing.
 //
 // Liveness is the one entry point. It reaches the rest of the node through

@@ -3,6 +3,7 @@ package session
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -18,11 +19,16 @@ type Expirer interface {
 	Expire(ctx context.Context, session uint64) error
 }
 
-// Replica is this node's copy of the log, as a new leader's re-arm needs it.
+// Replica is this node's copy of the log, as a new leader's re-arm and its
+// acknowledgements need it.
 type Replica interface {
 	// Barrier returns nil once this node, confirmed leader after the call
 	// started, has applied every entry committed before it.
 	Barrier(ctx context.Context) error
+	// Confirm returns nil once a quorum has confirmed, after the call
+	// started, that this node leads in the term it led when the call
+	// started (a raft VerifyLeader round); an error otherwise.
+	Confirm(ctx context.Context) error
 	// Sessions lists the sessions open in the applied state.
 	Sessions() []Info
 }
@@ -50,7 +56,8 @@ type Config struct {
 	// between its deadline and one tick later.
 	Tick time.Duration
 	// Flush is how long a follower gathers heartbeats before it forwards
-	// them in one call (default 20ms).
+	// them in one call, and the least time between two confirmations of
+	// leadership on the leader (default 20ms).
 	Flush  time.Duration
 	Logger hclog.Logger
 	// Now is the clock the deadlines are read on (default time.Now); tests
@@ -71,12 +78,14 @@ type Liveness struct {
 	cfg   Config
 	t     *deadlines
 	batch *batcher
+	conf  *confirmer
 }
 
 // New returns a Liveness that is following. Call Run to drive it.
 func New(cfg Config) *Liveness {
 	cfg = cfg.withDefaults()
-	return &Liveness{cfg: cfg, t: newDeadlines(cfg), batch: newBatcher(cfg.Forwarder, cfg.Flush)}
+	return &Liveness{cfg: cfg, t: newDeadlines(cfg), batch: newBatcher(cfg.Forwarder, cfg.Flush),
+		conf: newConfirmer(cfg.Replica, cfg.Flush)}
 }
 
 func (cfg Config) withDefaults() Config {
@@ -95,13 +104,15 @@ func (cfg Config) withDefaults() Config {
 	return cfg
 }
 
-// Run fires deadlines and forwards heartbeats until ctx ends; then it
-// follows, and heartbeats waiting to be forwarded fail.
+// Run fires deadlines, forwards heartbeats and confirms leadership until
+// ctx ends; then it follows, and heartbeats waiting to be forwarded or
+// confirmed fail.
 func (l *Liveness) Run(ctx context.Context) {
 	var wg sync.WaitGroup
-	wg.Add(2)
+	wg.Add(3)
 	go func() { defer wg.Done(); l.t.Run(ctx) }()
 	go func() { defer wg.Done(); l.batch.run(ctx) }()
+	go func() { defer wg.Done(); l.conf.run(ctx) }()
 	wg.Wait()
 }
 
@@ -167,13 +178,18 @@ func (l *Liveness) Opened(id uint64, ttl time.Duration) { l.t.Opened(id, Expiry(
 func (l *Liveness) Ended(id uint64) { l.t.Ended(id) }
 
 // Heartbeat renews session id for a heartbeat received here: on the leader
-// at once, elsewhere through the leader (batched, see DESIGN.md). known is
-// false when the session has ended. err is ErrNotLeading when no leader
-// renewed it (among them a leader that has not re-armed yet: no answer
+// at once, and answered once a confirmation of leadership that started
+// after the renewal has succeeded; elsewhere through the leader (batched,
+// see DESIGN.md). known is false when the session has ended. err is
+// ErrNotLeading when no leader renewed it (among them a leader that has
+// not re-armed yet, or whose leadership was not confirmed: no answer
 // rather than a wrong one), or the error of ctx.
 func (l *Liveness) Heartbeat(ctx context.Context, id uint64) (known bool, err error) {
-	switch unknown, st := l.t.Touch(id); st {
+	switch unknown, epoch, st := l.t.touch(id); st {
 	case leading:
+		if err := l.confirmed(ctx, epoch); err != nil {
+			return false, err
+		}
 		return len(unknown) == 0, nil
 	case arming:
 		return true, ErrNotLeading
@@ -182,12 +198,38 @@ func (l *Liveness) Heartbeat(ctx context.Context, id uint64) (known bool, err er
 }
 
 // Renew is the leader's end of a forwarded batch: it renews the sessions
-// ids and returns those it does not know, or ErrNotLeading when this node
-// does not hold the deadlines (a follower, or a leader still re-arming).
+// ids and, once a confirmation of leadership that started after the
+// renewal has succeeded, returns those it does not know. It returns
+// ErrNotLeading when this node does not hold the deadlines (a follower, or
+// a leader still re-arming) or its leadership was not confirmed within the
+// follower's own bound on the call.
 func (l *Liveness) Renew(ids ...uint64) (unknown []uint64, err error) {
-	unknown, st := l.t.Touch(ids...)
+	unknown, epoch, st := l.t.touch(ids...)
 	if st != leading {
 		return nil, ErrNotLeading
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), forwardTimeout)
+	defer cancel()
+	if err := l.confirmed(ctx, epoch); err != nil {
+		if !errors.Is(err, ErrNotLeading) {
+			err = fmt.Errorf("%w: %v", ErrNotLeading, err)
+		}
+		return nil, err
+	}
 	return unknown, nil
+}
+
+// confirmed waits for a confirmation of leadership that started after a
+// renewal made in the term of epoch, and checks that the term has not
+// ended meanwhile: a renewal is acknowledged only if this node was leader,
+// in the term it renewed in, at some instant after the renewal
+// (DESIGN.md, "A change of leader").
+func (l *Liveness) confirmed(ctx context.Context, epoch uint64) error {
+	if err := l.conf.wait(ctx); err != nil {
+		return err
+	}
+	if !l.t.holds(epoch) {
+		return fmt.Errorf("%w: leadership changed before the renewal was confirmed", ErrNotLeading)
+	}
+	return nil
 }

@@ -15,14 +15,41 @@ import (
 // bubble waits, so a sleep of the test goroutine is an exact step.
 
 // fakeReplica's barrier fails its first fail calls, then waits for gate
-// (when set) and succeeds.
+// (when set) and succeeds. Its confirmations count themselves, wait for a
+// value on release (when set) and fail with confirmErr (when set).
 type fakeReplica struct {
-	mu       sync.Mutex
-	fail     int
-	gate     chan struct{}
-	barriers int
-	reads    int
-	sessions []Info
+	mu         sync.Mutex
+	fail       int
+	gate       chan struct{}
+	barriers   int
+	reads      int
+	sessions   []Info
+	confirms   int
+	release    chan struct{}
+	confirmErr error
+}
+
+func (r *fakeReplica) Confirm(ctx context.Context) error {
+	r.mu.Lock()
+	r.confirms++
+	release := r.release
+	r.mu.Unlock()
+	if release != nil {
+		select {
+		case <-release:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.confirmErr
+}
+
+func (r *fakeReplica) confirmations() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.confirms
 }
 
 func (r *fakeReplica) Barrier(ctx context.Context) error {

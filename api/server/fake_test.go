@@ -49,6 +49,10 @@ type fakeReplica struct {
 	applied uint64
 	held    bool
 	subs    map[chan bool]struct{}
+	// deposed: another node leads the log, but this one has not noticed
+	// (a leader paused while another was elected): it still believes it
+	// leads, and its ReadBarrier fails as a quorum no longer confirms it.
+	deposed bool
 }
 
 var _ Replica = (*fakeReplica)(nil)
@@ -122,7 +126,7 @@ func (r *fakeReplica) Propose(ctx context.Context, data []byte) (raftnode.Propos
 func (r *fakeReplica) ReadBarrier(ctx context.Context) error {
 	r.log.mu.Lock()
 	defer r.log.mu.Unlock()
-	if r.log.leader != r.id {
+	if r.log.leader != r.id || r.deposed {
 		return r.notLeaderLocked()
 	}
 	r.catchUpLocked()
@@ -132,12 +136,15 @@ func (r *fakeReplica) ReadBarrier(ctx context.Context) error {
 func (r *fakeReplica) IsLeader() bool {
 	r.log.mu.Lock()
 	defer r.log.mu.Unlock()
-	return r.log.leader == r.id
+	return r.log.leader == r.id || r.deposed
 }
 
 func (r *fakeReplica) Leader() (id, addr string) {
 	r.log.mu.Lock()
 	defer r.log.mu.Unlock()
+	if r.deposed {
+		return r.id, r.addr
+	}
 	for _, o := range r.log.reps {
 		if o.id == r.log.leader {
 			return o.id, o.addr
