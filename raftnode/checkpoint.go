@@ -255,9 +255,18 @@ func (n *Node) proposeAnchor() {
 	n.logger.Info("started the applied-entry hash chain with an anchor entry")
 }
 
+// proposeCheckpoint appends c and waits for it, or for the node to stop:
+// raft leaves the futures still queued at shutdown unanswered, and a
+// checkpoint a cut-off leader appended would otherwise hold Shutdown.
 func (n *Node) proposeCheckpoint(c checkpoint) error {
+	ctx, cancel := context.WithTimeout(context.Background(), defaultTimeout)
+	defer cancel()
 	f := n.raft.ApplyLog(raft.Log{Extensions: c.encode()}, defaultTimeout)
-	return f.Error()
+	resolved, err := n.await(ctx, f)
+	if !resolved {
+		return fmt.Errorf("%w: checkpoint: %v", ErrOutcomeUnknown, err)
+	}
+	return err
 }
 
 // CheckpointsVerified counts the checkpoints this node compared with its
