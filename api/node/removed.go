@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	pb "github.com/lockcluster/lockcluster/api/lockclusterv1"
+	"github.com/lockcluster/lockcluster/fsm"
 	"github.com/lockcluster/lockcluster/raftnode"
 )
 
@@ -18,7 +19,8 @@ import (
 // drops it is appended, so its own configuration still lists it, and it
 // times out and campaigns (pre-vote keeps that harmless) and logs so,
 // forever. watchRemoval notices instead: once this node has been a member
-// and has known no leader for removalCheck, it asks the other members for
+// (in raft's configuration or the member directory) and has known no
+// leader for removalCheck, it asks the other members for
 // the cluster's membership; when a leader's answer leaves it out, the node
 // says so and Removed is closed ('serve' then exits).
 
@@ -34,13 +36,20 @@ func (n *Node) watchRemoval(ctx context.Context) {
 	defer tick.Stop()
 	member := false
 	var leaderless time.Time // since when no leader is known (zero: one is)
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
+	for first := true; ; first = false {
+		if !first {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
 		}
+		// A member: in raft's configuration, or in the member directory
+		// (a node removed at once may see only the directory's record).
 		if ms, err := n.raft.Members(); err == nil && slices.ContainsFunc(ms, func(m raftnode.Member) bool { return m.ID == n.cfg.ID }) {
+			member = true
+		}
+		if slices.ContainsFunc(n.machine.Members(), func(m fsm.Member) bool { return m.ID == n.cfg.ID }) {
 			member = true
 		}
 		if id, _ := n.raft.Leader(); id != "" || !member {
