@@ -139,19 +139,21 @@ func checkOverlaps(hs *history, name string, gs []*hold, r *checkResult) {
 // thief's grant. Steal is the documented way to break mutual exclusion:
 // the victim learns of it a moment after the thief is granted, and the
 // thief may even see its grant before the victim sees its own earlier one.
+// The same holds when the thief has already passed the lock on: the victim
+// may not have heard yet (its stream cut by a fault at that moment), and
+// its belief is bounded by stealGrace from the theft either way.
 func stolen(a, b *hold, grants []*hold) bool {
 	later, earlier := b, a
 	if a.token > b.token {
 		later, earlier = a, b
 	}
+	told := earlier.lostKind == "stolen"
 	if later.steal {
-		return earlier.lostKind == "stolen" || time.Duration(earlier.end-later.complete) <= stealGrace
-	}
-	if earlier.lostKind != "stolen" {
-		return false
+		return told || time.Duration(earlier.end-later.complete) <= stealGrace
 	}
 	for _, g := range grants {
-		if g.steal && g.token > earlier.token && g.token < later.token {
+		if g.steal && g.token > earlier.token && g.token < later.token &&
+			(told || time.Duration(earlier.end-g.complete) <= stealGrace) {
 			return true
 		}
 	}

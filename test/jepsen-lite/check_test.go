@@ -135,6 +135,25 @@ func TestMutexStealIsNotAViolation(t *testing.T) {
 	c.grant(3, "3/1", "st-0", 15, 24, 50, 3, 9)
 	c.add(26, Op{Process: 1, Type: "event", F: "lost", Hold: "1/1", Names: []string{"st-0"}, Result: "stolen"})
 	wantValid(t, c.end(100), cMutex)
+	// Stolen by a third that passed it on, and the victim never heard (its
+	// stream was cut): it stopped within stealGrace of the theft (seen in
+	// a 10-minute run); one that believed past stealGrace is a violation.
+	for _, tc := range []struct {
+		victimEnd int64
+		valid     bool
+	}{{60, true}, {2500, false}} {
+		e := new(hb).grant(1, "1/1", "st-0", 0, 10, tc.victimEnd, 1, 5)
+		e.add(20, Op{Process: 2, Type: "invoke", F: "acquire", Hold: "2/1", Workload: wSteal, Names: []string{"st-0"}, Mode: "exclusive", Steal: true})
+		e.add(21, Op{Process: 2, Type: "ok", F: "acquire", Hold: "2/1", Names: []string{"st-0"}, Result: "granted", Token: 8, Session: 2, Steal: true})
+		e.add(22, Op{Process: 2, Type: "invoke", F: "release", Hold: "2/1", Names: []string{"st-0"}})
+		e.add(23, Op{Process: 2, Type: "ok", F: "release", Hold: "2/1", Names: []string{"st-0"}})
+		e.grant(3, "3/1", "st-0", 15, 24, 3000, 3, 9)
+		if tc.valid {
+			wantValid(t, e.end(4000), cMutex)
+		} else {
+			wantInvalid(t, e.end(4000), cMutex, "held it from")
+		}
+	}
 	// Without the theft, the same overlap is a violation.
 	d := new(hb).grant(1, "1/1", "st-0", 0, 10, 60, 1, 5).grant(3, "3/1", "st-0", 15, 24, 50, 3, 9)
 	d.add(26, Op{Process: 1, Type: "event", F: "lost", Hold: "1/1", Names: []string{"st-0"}, Result: "stolen"})
