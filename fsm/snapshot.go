@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
@@ -46,6 +47,24 @@ func (m *Machine) Snapshot() []byte {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	return encodeState(m.st)
+}
+
+// SnapshotHeader reads the format version and the last index from the head
+// of a snapshot Snapshot wrote, without decoding the rest.
+func SnapshotHeader(b []byte) (index uint64, version uint32, err error) {
+	if !bytes.HasPrefix(b, snapMagic) {
+		return 0, 0, errors.New("fsm: not a snapshot (no LCKSNAP header)")
+	}
+	b = b[len(snapMagic):]
+	v, n := binary.Uvarint(b)
+	if n <= 0 {
+		return 0, 0, errors.New("fsm: snapshot without a version")
+	}
+	index, m := binary.Uvarint(b[n:])
+	if m <= 0 {
+		return 0, 0, errors.New("fsm: snapshot without a last index")
+	}
+	return index, uint32(v), nil
 }
 
 // Digest is a SHA-256 of the encoded state: equal on replicas that applied

@@ -334,3 +334,18 @@ func TestDecodeEntryErrors(t *testing.T) {
 		}
 	}
 }
+
+// SnapshotHeader reads the last index and the format without decoding.
+func TestSnapshotHeader(t *testing.T) {
+	m := New()
+	if err := m.Apply(300, Entry{Cmd: &SetMember{Member: Member{ID: "x"}}}).Result.Err; err != nil {
+		t.Fatal(err)
+	}
+	i, v, err := SnapshotHeader(m.Snapshot())
+	if err != nil || i != 300 || v != 2 {
+		t.Fatalf("index %d, format %d, %v: want 300, 2", i, v, err)
+	}
+	if _, _, err := SnapshotHeader([]byte("garbage")); err == nil {
+		t.Fatal("garbage has an index")
+	}
+}

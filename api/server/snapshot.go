@@ -1,10 +1,8 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -16,6 +14,7 @@ import (
 
 	pb "github.com/lockcluster/lockcluster/api/lockclusterv1"
 	"github.com/lockcluster/lockcluster/api/rpcerr"
+	"github.com/lockcluster/lockcluster/fsm"
 	"github.com/lockcluster/lockcluster/raftnode"
 )
 
@@ -44,7 +43,7 @@ func (s *Server) SaveSnapshot(req *pb.SaveSnapshotRequest, stream grpc.ServerStr
 		return toStatus(err)
 	}
 	data := s.m.Snapshot()
-	index, format, err := machineSnapshotIndex(data)
+	index, format, err := fsm.SnapshotHeader(data)
 	if err != nil {
 		return toStatus(fmt.Errorf("internal error: %w", err))
 	}
@@ -105,24 +104,4 @@ func (s *Server) relaySnapshot(ctx context.Context, notLeader error, req *pb.Sav
 		return slowLeader()
 	}
 	return err
-}
-
-// machineSnapshotIndex reads the last index from the head of an
-// fsm.Machine snapshot ("LCKSNAP\x00", then the format version and the
-// last index as uvarints: fsm/snapshot.go).
-func machineSnapshotIndex(b []byte) (index uint64, format uint32, err error) {
-	magic := []byte("LCKSNAP\x00")
-	if !bytes.HasPrefix(b, magic) {
-		return 0, 0, errors.New("the state machine's snapshot has no LCKSNAP header")
-	}
-	b = b[len(magic):]
-	v, n := binary.Uvarint(b)
-	if n <= 0 {
-		return 0, 0, errors.New("the state machine's snapshot has no version")
-	}
-	index, m := binary.Uvarint(b[n:])
-	if m <= 0 {
-		return 0, 0, errors.New("the state machine's snapshot has no index")
-	}
-	return index, uint32(v), nil
 }

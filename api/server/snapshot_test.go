@@ -117,17 +117,3 @@ func TestSaveSnapshotForwardedOnce(t *testing.T) {
 		t.Fatalf("a forwarded snapshot call on a follower: %v, want Unavailable NOT_LEADER", err)
 	}
 }
-
-func TestMachineSnapshotIndex(t *testing.T) {
-	m := fsm.New()
-	if err := m.Apply(300, fsm.Entry{Cmd: &fsm.SetMember{Member: fsm.Member{ID: "x"}}}).Result.Err; err != nil {
-		t.Fatal(err)
-	}
-	i, v, err := machineSnapshotIndex(m.Snapshot())
-	if err != nil || i != 300 || v != 2 {
-		t.Fatalf("index %d, format %d, %v: want 300, 2", i, v, err)
-	}
-	if _, _, err := machineSnapshotIndex([]byte("garbage")); err == nil {
-		t.Fatal("garbage has an index")
-	}
-}
