@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 
 	pb "github.com/lockcluster/lockcluster/api/lockclusterv1"
@@ -88,11 +87,8 @@ func (n *Node) removedBy(ctx context.Context) (string, bool) {
 		addrs = append(addrs, n.cfg.Join)
 	}
 	for _, addr := range addrs {
-		opts := n.cfg.Server.DialOptions
-		if len(opts) == 0 {
-			opts = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
-		}
-		cc, err := grpc.NewClient(addr, opts...)
+		// secure() always sets the dial options (TLS or plaintext), as join uses them.
+		cc, err := grpc.NewClient(addr, n.cfg.Server.DialOptions...)
 		if err != nil {
 			continue
 		}
