@@ -12,6 +12,9 @@ import (
 // checkState walks the internal state and checks the invariants of the
 // lock manager without trusting any of its counters or helpers.
 func checkState(st *state) error {
+	if err := checkSessionOrder(st); err != nil {
+		return err
+	}
 	live := map[*request]bool{}
 	perNS := map[*namespace]int64{}
 	var held, pending int
@@ -364,4 +367,37 @@ func FuzzDecodeEntry(f *testing.F) {
 			t.Fatalf("re-encoding changes the entry: %+v -> %+v (%v)", e, e2, err)
 		}
 	})
+}
+
+// checkSessionOrder checks the id-ordered session list against the map and,
+// outside a snapshot, that no copy-on-write copy is left behind.
+func checkSessionOrder(st *state) error {
+	n := 0
+	var prev *session
+	for s := st.sessHead; s != nil; s = s.newer {
+		if st.sessions[s.id] != s || s.older != prev || prev != nil && prev.id >= s.id {
+			return fmt.Errorf("session %d is out of the id order", s.id)
+		}
+		if !st.cow.active && s.frozen != nil {
+			return fmt.Errorf("session %d keeps a frozen copy outside a snapshot", s.id)
+		}
+		for r := s.liveHead; r != nil; r = r.snext {
+			if !st.cow.active && r.frozen != nil {
+				return fmt.Errorf("request %d of session %d keeps a frozen copy outside a snapshot", r.id, s.id)
+			}
+		}
+		prev, n = s, n+1
+	}
+	if !st.cow.active && len(st.cow.ress) != 0 {
+		return fmt.Errorf("%d resources keep a frozen copy outside a snapshot", len(st.cow.ress))
+	}
+	if st.sessTail != prev || n != len(st.sessions) {
+		return fmt.Errorf("the id order has %d sessions, the map %d", n, len(st.sessions))
+	}
+	for _, ns := range st.namespaces {
+		if ns.cow != st.cow || !st.cow.active && ns.frozen != nil {
+			return fmt.Errorf("namespace %s has a foreign or leftover copy-on-write", ns.name)
+		}
+	}
+	return nil
 }

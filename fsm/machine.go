@@ -9,10 +9,16 @@ import (
 // the read methods may be called from any goroutine at any time.
 type Machine struct {
 	mu sync.RWMutex // Apply and Restore write; readers read
-	// snapMu serialises snapshot encoders: they number the requests.
+	// snapMu is held from BeginSnapshot to the end of Encode: one snapshot
+	// at a time (copy-on-write keeps one point; the encoder numbers the
+	// requests).
 	snapMu sync.Mutex
 	st     *state
 	a      applier // reused between entries: its work list keeps its capacity
+	// snapYield, when set (by tests), runs each time the encoder drops the
+	// read lock between chunks.
+	snapYield func()
+	snapChunk int // objects per chunk when set (by tests)
 }
 
 // New returns an empty lock manager with the default limits.

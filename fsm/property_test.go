@@ -182,6 +182,9 @@ type propHarness struct {
 	time    int64
 	seq     map[uint64]uint64 // last event Seq per session
 	done    map[reqKey]bool   // requests the machine said were finished
+	// snapping is set while m encodes a snapshot between steps: Digest
+	// would wait for it, so the twins are compared afterwards instead.
+	snapping bool
 }
 
 func newPropHarness() *propHarness {
@@ -206,7 +209,7 @@ func (h *propHarness) step(t *rapid.T) {
 	if !reflect.DeepEqual(ap, ap2) {
 		t.Fatalf("not deterministic:\n%+v\n%+v", ap, ap2)
 	}
-	if h.m.Digest() != h.twin.Digest() {
+	if !h.snapping && h.m.Digest() != h.twin.Digest() {
 		t.Fatalf("digests differ")
 	}
 	var ended uint64

@@ -14,6 +14,7 @@ func (s *session) remember(max int64, o outcome) {
 	if o.id < s.floor {
 		return
 	}
+	s.ns.cow.session(s)
 	i := sort.Search(len(s.finished), func(i int) bool { return s.finished[i].id >= o.id })
 	if i < len(s.finished) && s.finished[i].id == o.id {
 		s.finished[i] = o
@@ -28,6 +29,7 @@ func (s *session) remember(max int64, o outcome) {
 // trim forgets the oldest outcomes beyond max.
 func (s *session) trim(max int64) {
 	if over := int64(len(s.finished)) - max; over > 0 {
+		s.ns.cow.session(s)
 		// Over the limit (which may just have been lowered): forget the
 		// oldest outcomes and raise the floor past them.
 		s.floor = s.finished[over-1].id + 1
@@ -50,6 +52,7 @@ func (s *session) ack(ackBelow uint64) {
 	if ackBelow <= s.floor {
 		return
 	}
+	s.ns.cow.session(s)
 	s.floor = ackBelow
 	i := sort.Search(len(s.finished), func(i int) bool { return s.finished[i].id >= ackBelow })
 	if i == 0 {

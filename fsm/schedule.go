@@ -20,6 +20,7 @@ type applier struct {
 }
 
 func (a *applier) emit(s *session, e Event) {
+	a.st.cow.session(s)
 	s.eventSeq++
 	e.Session, e.Seq = s.id, s.eventSeq
 	a.out = append(a.out, e)
@@ -110,6 +111,10 @@ func (a *applier) slots(r *request) {
 // grant adds r to the held lock set (spec §4.4 step 2.1.10) with this
 // entry's index as its fencing token, and tells its session.
 func (a *applier) grant(r *request) {
+	c := a.st.cow
+	c.request(r)
+	c.namespace(a.ns)
+	c.session(r.sess)
 	r.held = true
 	r.token = a.index
 	r.acquiredAt = a.time
@@ -127,6 +132,8 @@ func (a *applier) grant(r *request) {
 // enqueue puts r at the end of the queue of every one of its names (spec
 // §4.1 step 2.5.2, for a whole scope at once).
 func (a *applier) enqueue(r *request) {
+	a.st.cow.namespace(a.ns)
+	a.st.cow.session(r.sess)
 	for i := range r.waiters {
 		a.ns.enqueue(&r.waiters[i])
 	}
@@ -138,6 +145,8 @@ func (a *applier) enqueue(r *request) {
 // unqueue removes r from every one of its queues (spec §4.3 step 6, §4.4
 // step 2.1.1) and puts them on the work list: their heads may have changed.
 func (a *applier) unqueue(r *request) {
+	a.st.cow.namespace(a.ns)
+	a.st.cow.session(r.sess)
 	for i := range r.waiters {
 		w := &r.waiters[i]
 		a.ns.dequeue(w)
@@ -151,6 +160,10 @@ func (a *applier) unqueue(r *request) {
 // unhold removes r from the held lock set (spec §4.2 step 6) and puts its
 // queues on the work list (step 7).
 func (a *applier) unhold(r *request) {
+	c := a.st.cow
+	c.request(r)
+	c.namespace(a.ns)
+	c.session(r.sess)
 	a.ns.unlinkHeld(r)
 	for k := range r.waiters {
 		res := r.waiters[k].res

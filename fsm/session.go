@@ -15,7 +15,7 @@ func (a *applier) openSession(c *OpenSession) Result {
 		return Result{Err: errorf(CodeLimit, "namespace %s has %d sessions, the limit", quote(c.Namespace), ns.sessions)}
 	}
 	if ns == nil {
-		ns = &namespace{name: c.Namespace, resources: make(map[string]*resource)}
+		ns = a.st.newNamespace(c.Namespace)
 		a.st.namespaces[c.Namespace] = ns
 	}
 	ns.sessions++
@@ -24,6 +24,7 @@ func (a *applier) openSession(c *OpenSession) Result {
 		s.clientID = itoa(a.index)
 	}
 	a.st.sessions[s.id] = s
+	a.st.linkSession(s)
 	return Result{Status: StatusOpened, Session: s.id, ClientID: s.clientID}
 }
 
@@ -75,14 +76,17 @@ func (a *applier) end(s *session, cause Cause) {
 	}
 	for r := s.liveHead; r != nil; {
 		next := r.snext
+		a.st.cow.request(r)
 		delete(a.st.requests, r.key())
 		r.sprev, r.snext = nil, nil
 		r = next
 	}
+	a.st.cow.session(s)
 	s.liveHead, s.liveTail = nil, nil
 	a.emit(s, Event{Kind: EventSessionEnded, Cause: cause})
 	a.process()
 	delete(a.st.sessions, s.id)
+	a.st.unlinkSession(s)
 	a.st.closed.add(tombstone{id: s.id, ns: s.ns.name, secret: s.secret})
 	s.finished = nil
 	ns := s.ns

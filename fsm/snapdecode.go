@@ -26,12 +26,13 @@ func decodeSessions(d *decoder, st *state) ([]*request, error) {
 		prev = s.id
 		ns := st.namespaces[nsName]
 		if ns == nil {
-			ns = &namespace{name: nsName, resources: make(map[string]*resource)}
+			ns = st.newNamespace(nsName)
 			st.namespaces[nsName] = ns
 		}
 		ns.sessions++
 		s.ns = ns
 		st.sessions[s.id] = s
+		st.linkSession(s)
 		if k := d.count(5); k > 0 {
 			s.finished = make([]outcome, k)
 			for j := range s.finished {

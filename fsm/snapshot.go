@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
-	"sort"
 )
 
 // The snapshot format, version 2 (every count and number a varint):
@@ -39,14 +38,16 @@ const (
 
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
 
-// Snapshot encodes the whole state. It holds the read lock while it encodes
-// and returns bytes that no later Apply changes.
+// Snapshot encodes the whole state at this moment. Entries applied while it
+// encodes do not change what it returns (cow.go).
+// An encoding error is a bug in this package, and Snapshot panics with it;
+// raft's snapshots use BeginSnapshot and Encode, which return it.
 func (m *Machine) Snapshot() []byte {
-	m.snapMu.Lock()
-	defer m.snapMu.Unlock()
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	return encodeState(m.st)
+	b, err := m.BeginSnapshot().Encode()
+	if err != nil {
+		panic(err)
+	}
+	return b
 }
 
 // SnapshotHeader reads the format version and the last index from the head
@@ -89,109 +90,6 @@ func (m *Machine) Restore(r io.Reader) error {
 	m.st = st
 	m.mu.Unlock()
 	return nil
-}
-
-func encodeState(st *state) []byte {
-	en := encoder{b: make([]byte, 0, 64+st.nHeld*48+st.nPending*48+len(st.sessions)*48)}
-	en.b = append(en.b, snapMagic...)
-	en.uvarint(snapVersion)
-	en.uvarint(st.lastIndex)
-	encodeLimits(&en, &st.limits)
-	ids := make([]string, 0, len(st.members))
-	for id := range st.members {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
-	en.uvarint(uint64(len(ids)))
-	for _, id := range ids {
-		m := st.members[id]
-		encodeMember(&en, &m)
-	}
-	en.uvarint(uint64(len(st.requests))) // lets restore size its maps once
-
-	var ord uint32 // requests are referred to by their order in the snapshot
-	sids := make([]uint64, 0, len(st.sessions))
-	for id := range st.sessions {
-		sids = append(sids, id)
-	}
-	sort.Slice(sids, func(i, j int) bool { return sids[i] < sids[j] })
-	en.uvarint(uint64(len(sids)))
-	for _, id := range sids {
-		s := st.sessions[id]
-		en.uvarint(s.id)
-		en.str(s.ns.name)
-		en.str(s.clientID)
-		en.str(s.label)
-		en.varint(s.ttl)
-		en.varint(s.openedAt)
-		en.str(s.secret)
-		en.uvarint(s.eventSeq)
-		en.uvarint(s.floor)
-		en.uvarint(uint64(len(s.finished)))
-		for _, o := range s.finished {
-			en.uvarint(o.id)
-			en.byte1(byte(o.status))
-			en.byte1(byte(o.cause))
-			en.uvarint(o.token)
-			en.str(o.reason)
-		}
-		en.uvarint(uint64(s.nHeld + s.nPending))
-		for r := s.liveHead; r != nil; r = r.snext {
-			r.ord = ord
-			ord++
-			en.uvarint(r.id)
-			en.uvarint(r.index)
-			en.uvarint(uint64(len(r.names)))
-			for _, n := range r.names {
-				en.str(n)
-			}
-			en.byte1(byte(r.mode))
-			en.bool1(r.signal)
-			en.varint(r.requestedAt)
-			en.bool1(r.held)
-			en.uvarint(r.token)
-			en.varint(r.acquiredAt)
-		}
-	}
-
-	names := make([]string, 0, len(st.namespaces))
-	for n := range st.namespaces {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	en.uvarint(uint64(len(names)))
-	for _, n := range names {
-		ns := st.namespaces[n]
-		en.str(ns.name)
-		en.uvarint(uint64(len(ns.resources)))
-		en.uvarint(uint64(ns.nHeld))
-		for r := ns.heldHead; r != nil; r = r.hnext {
-			en.uvarint(uint64(r.ord))
-		}
-		var queues uint64
-		for res := ns.queueHead; res != nil; res = res.qnext {
-			queues++
-		}
-		en.uvarint(queues)
-		for res := ns.queueHead; res != nil; res = res.qnext {
-			en.str(res.name)
-			var n uint64
-			for w := res.qhead; w != nil; w = w.next {
-				n++
-			}
-			en.uvarint(n)
-			for w := res.qhead; w != nil; w = w.next {
-				en.uvarint(uint64(w.req.ord))
-			}
-		}
-	}
-	en.uvarint(uint64(len(st.closed.order)))
-	st.closed.each(func(t tombstone) {
-		en.uvarint(t.id)
-		en.str(t.ns)
-		en.str(t.secret)
-	})
-	return binary.LittleEndian.AppendUint32(en.b, crc32.Checksum(en.b, crcTable))
 }
 
 func decodeState(b []byte) (*state, error) {

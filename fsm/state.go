@@ -8,13 +8,17 @@ type state struct {
 	namespaces map[string]*namespace
 	sessions   map[uint64]*session
 	requests   map[reqKey]*request // every live (pending or held) request
-	nHeld      int
-	nPending   int
+	// The sessions in id order, which is the order they were opened in:
+	// what a snapshot walks.
+	sessHead, sessTail *session
+	nHeld              int
+	nPending           int
 	// closed remembers the secret hashes of the sessions that ended last,
 	// so that a client presenting the right secret for its ended session
 	// learns that it ended, while any other caller is refused alike
 	// whether the session exists or not.
 	closed tombstones
+	cow    *cow // copy-on-write for the snapshot being encoded (cow.go)
 }
 
 type reqKey struct{ session, id uint64 }
@@ -26,7 +30,42 @@ func newState() *state {
 		namespaces: make(map[string]*namespace),
 		sessions:   make(map[uint64]*session),
 		requests:   make(map[reqKey]*request),
+		cow:        &cow{},
 	}
+}
+
+// newNamespace makes an empty namespace of st.
+func (st *state) newNamespace(name string) *namespace {
+	return &namespace{name: name, resources: make(map[string]*resource), cow: st.cow}
+}
+
+// linkSession appends s, whose id is above every other, to the id order.
+func (st *state) linkSession(s *session) {
+	st.cow.session(st.sessTail)
+	s.older, s.newer = st.sessTail, nil
+	if st.sessTail != nil {
+		st.sessTail.newer = s
+	} else {
+		st.sessHead = s
+	}
+	st.sessTail = s
+}
+
+func (st *state) unlinkSession(s *session) {
+	st.cow.session(s)
+	st.cow.session(s.older)
+	st.cow.session(s.newer)
+	if s.older != nil {
+		s.older.newer = s.newer
+	} else {
+		st.sessHead = s.newer
+	}
+	if s.newer != nil {
+		s.newer.older = s.older
+	} else {
+		st.sessTail = s.older
+	}
+	s.older, s.newer = nil, nil
 }
 
 // namespace is the spec's origin: its held lock set and its lock request
@@ -40,6 +79,8 @@ type namespace struct {
 	queueHead, queueTail *resource
 	sessions             int64
 	nHeld, nPending      int
+	cow                  *cow       // its state's
+	frozen               *namespace // as it was when the snapshot began (cow.go)
 }
 
 // resource is one name of a namespace: the locks that hold it and its lock
@@ -71,7 +112,8 @@ type request struct {
 	names       []string
 	mode        Mode
 	signal      bool
-	ord         uint32 // its position in the last snapshot encoded (snapMu)
+	held        bool   // granted: the lock is held (the fields below are set)
+	ord         uint32 // its position in the snapshot being encoded (snapMu)
 	requestedAt int64
 	// One slot per name, holding the name's resource, from admission on;
 	// while pending, the slots are linked into the queues. One-name
@@ -79,13 +121,13 @@ type request struct {
 	waiters []waiter
 	w1      [1]waiter
 	// While held.
-	held       bool
 	token      uint64
 	acquiredAt int64
 	hprev      *request // the namespace's held list
 	hnext      *request
 	// The session's live requests, in creation order.
 	sprev, snext *request
+	frozen       *request // as it was when the snapshot began (cow.go)
 }
 
 // session is the spec's agent.
@@ -105,6 +147,9 @@ type session struct {
 	// have been acknowledged by the client (or forgotten) and are gone.
 	finished []outcome
 	floor    uint64
+	// The state's sessions in id order.
+	older, newer *session
+	frozen       *session // as it was when the snapshot began (cow.go)
 }
 
 // outcome is how a finished request ended.
@@ -135,6 +180,9 @@ func (res *resource) empty() bool { return len(res.holders) == 0 && res.qhead ==
 // --- the namespace's held list -------------------------------------------
 
 func (ns *namespace) pushHeld(r *request) {
+	ns.cow.namespace(ns)
+	ns.cow.request(r)
+	ns.cow.request(ns.heldTail)
 	r.hprev, r.hnext = ns.heldTail, nil
 	if ns.heldTail != nil {
 		ns.heldTail.hnext = r
@@ -145,6 +193,10 @@ func (ns *namespace) pushHeld(r *request) {
 }
 
 func (ns *namespace) unlinkHeld(r *request) {
+	ns.cow.namespace(ns)
+	ns.cow.request(r)
+	ns.cow.request(r.hprev)
+	ns.cow.request(r.hnext)
 	if r.hprev != nil {
 		r.hprev.hnext = r.hnext
 	} else {
@@ -167,6 +219,9 @@ func (ns *namespace) enqueue(w *waiter) {
 	if res.qhead == nil {
 		ns.linkQueue(res)
 	}
+	ns.cow.resource(res)
+	ns.cow.waiter(w)
+	ns.cow.waiter(res.qtail)
 	w.prev, w.next = res.qtail, nil
 	if res.qtail != nil {
 		res.qtail.next = w
@@ -180,6 +235,10 @@ func (ns *namespace) enqueue(w *waiter) {
 // queue list.
 func (ns *namespace) dequeue(w *waiter) {
 	res := w.res
+	ns.cow.resource(res)
+	ns.cow.waiter(w)
+	ns.cow.waiter(w.prev)
+	ns.cow.waiter(w.next)
 	if w.prev != nil {
 		w.prev.next = w.next
 	} else {
@@ -197,6 +256,9 @@ func (ns *namespace) dequeue(w *waiter) {
 }
 
 func (ns *namespace) linkQueue(res *resource) {
+	ns.cow.namespace(ns)
+	ns.cow.resource(res)
+	ns.cow.resource(ns.queueTail)
 	res.qprev, res.qnext = ns.queueTail, nil
 	if ns.queueTail != nil {
 		ns.queueTail.qnext = res
@@ -207,6 +269,10 @@ func (ns *namespace) linkQueue(res *resource) {
 }
 
 func (ns *namespace) unlinkQueue(res *resource) {
+	ns.cow.namespace(ns)
+	ns.cow.resource(res)
+	ns.cow.resource(res.qprev)
+	ns.cow.resource(res.qnext)
 	if res.qprev != nil {
 		res.qprev.qnext = res.qnext
 	} else {
@@ -223,6 +289,10 @@ func (ns *namespace) unlinkQueue(res *resource) {
 // --- the session's live list ----------------------------------------------
 
 func (s *session) pushLive(r *request) {
+	c := s.ns.cow
+	c.session(s)
+	c.request(r)
+	c.request(s.liveTail)
 	r.sprev, r.snext = s.liveTail, nil
 	if s.liveTail != nil {
 		s.liveTail.snext = r
@@ -233,6 +303,11 @@ func (s *session) pushLive(r *request) {
 }
 
 func (s *session) unlinkLive(r *request) {
+	c := s.ns.cow
+	c.session(s)
+	c.request(r)
+	c.request(r.sprev)
+	c.request(r.snext)
 	if r.sprev != nil {
 		r.sprev.snext = r.snext
 	} else {

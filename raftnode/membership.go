@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/hashicorp/raft"
 )
@@ -177,19 +178,38 @@ func (n *Node) transferLeadership(ctx context.Context) error {
 	return nil
 }
 
+// fsmSnapshotFailed starts raft's error for an FSM whose Snapshot failed
+// (raft v1.7.3, snapshot.go, takeSnapshot).
+const fsmSnapshotFailed = "failed to start snapshot"
+
 // Snapshot takes a snapshot now (for tests and backups) and returns the
 // index it covers. It fails, wrapping raft.ErrNothingNewToSnapshot, when
 // nothing was applied since the last one.
+//
+// An FSM whose Snapshot fails (lockcluster's does while another snapshot
+// of its state is being encoded, rather than stop the applies to wait) is
+// asked again every 20 ms until ctx ends: raft reports such a failure as
+// "failed to start snapshot: ...", flattened to a string.
 func (n *Node) Snapshot(ctx context.Context) (uint64, error) {
 	ctx, cancel, _ := withTimeout(ctx)
 	defer cancel()
-	f := n.raft.Snapshot()
-	resolved, err := n.await(ctx, f)
-	if !resolved {
-		return 0, fmt.Errorf("raftnode: snapshot: %w", err)
-	}
-	if err != nil {
-		return 0, n.mapReadError(err)
+	var f raft.SnapshotFuture
+	for {
+		f = n.raft.Snapshot()
+		resolved, err := n.await(ctx, f)
+		if !resolved {
+			return 0, fmt.Errorf("raftnode: snapshot: %w", err)
+		}
+		if err != nil && strings.HasPrefix(err.Error(), fsmSnapshotFailed) {
+			if !sleepCtx(ctx, 20*time.Millisecond) {
+				return 0, fmt.Errorf("raftnode: snapshot: %w", err)
+			}
+			continue
+		}
+		if err != nil {
+			return 0, n.mapReadError(err)
+		}
+		break
 	}
 	meta, rc, err := f.Open()
 	if err != nil {

@@ -64,3 +64,15 @@ func timeLeft(ctx context.Context) time.Duration {
 	}
 	return max(time.Until(dl), time.Nanosecond)
 }
+
+// sleepCtx waits d or until ctx ends, and reports whether d passed.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

@@ -42,7 +42,12 @@ func (s *Server) SaveSnapshot(req *pb.SaveSnapshotRequest, stream grpc.ServerStr
 		}
 		return toStatus(err)
 	}
-	data := s.m.Snapshot()
+	// Encode returns, rather than panics with, a state that does not add up:
+	// a backup must not bring the node down.
+	data, err := s.m.BeginSnapshot().Encode()
+	if err != nil {
+		return toStatus(fmt.Errorf("internal error: %w", err))
+	}
 	index, format, err := fsm.SnapshotHeader(data)
 	if err != nil {
 		return toStatus(fmt.Errorf("internal error: %w", err))

@@ -10,6 +10,7 @@
 package raftfsm
 
 import (
+	"errors"
 	"fmt"
 	"io"
 
@@ -84,11 +85,24 @@ func (a *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
 	return out
 }
 
-// Snapshot encodes the state now, on raft's FSM goroutine (no entry is
-// applied meanwhile); Persist writes the bytes while entries go on.
+// Snapshot marks the point, on raft's FSM goroutine, in O(namespaces);
+// Persist encodes the state at that point while entries go on being
+// applied (fsm's copy-on-write), so a large state pauses no entry for more
+// than one encoder chunk. While another snapshot is being encoded (a
+// backup, a digest) it fails with ErrSnapshotBusy instead of waiting for
+// it, which would stop every apply meanwhile; raft logs the failure and
+// tries again at its next snapshot interval.
 func (a *FSM) Snapshot() (raft.FSMSnapshot, error) {
-	return snapshot(a.m.Snapshot()), nil
+	s := a.m.TryBeginSnapshot()
+	if s == nil {
+		return nil, ErrSnapshotBusy
+	}
+	return &snapshot{s: s}, nil
 }
+
+// ErrSnapshotBusy: raft asked for a snapshot while another was being
+// encoded. raftnode's Node.Snapshot asks again.
+var ErrSnapshotBusy = errors.New("another snapshot of the lock state is being encoded; try again")
 
 // Restore replaces the state with a snapshot's; on error the old state is
 // kept and raft reports the error.
@@ -97,16 +111,23 @@ func (a *FSM) Restore(rc io.ReadCloser) error {
 	return a.m.Restore(rc)
 }
 
-type snapshot []byte
+type snapshot struct{ s *fsm.Snap }
 
-func (s snapshot) Persist(sink raft.SnapshotSink) error {
-	if _, err := sink.Write(s); err != nil {
+func (s *snapshot) Persist(sink raft.SnapshotSink) error {
+	b, err := s.s.Encode()
+	if err != nil {
+		sink.Cancel()
+		return err
+	}
+	if _, err := sink.Write(b); err != nil {
 		sink.Cancel()
 		return fmt.Errorf("writing snapshot: %w", err)
 	}
 	return sink.Close()
 }
 
-func (s snapshot) Release() {}
+// Release ends a snapshot that was not persisted; after Persist it does
+// nothing.
+func (s *snapshot) Release() { s.s.Release() }
 
 var _ raft.BatchingFSM = (*FSM)(nil)

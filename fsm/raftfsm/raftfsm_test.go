@@ -2,6 +2,7 @@ package raftfsm
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"strings"
 	"testing"
@@ -53,17 +54,28 @@ func TestApplyBatchSinkAndSnapshot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// An entry applied between Snapshot and Persist (raft applies on while
+	// its snapshot goroutine persists) is not in the snapshot.
+	twin := New(fsm.New())
+	twin.ApplyBatch(logs)
+	a.Apply(&raft.Log{Index: 4, Type: raft.LogCommand, Data: entry(t, &fsm.Release{Session: 1, Namespace: "default", RequestID: 1})})
 	var sink memSink
 	if err := snap.Persist(&sink); err != nil || !sink.closed {
 		t.Fatalf("persist: %v closed=%v", err, sink.closed)
 	}
+	snap.Release()
 	b := New(fsm.New())
 	if err := b.Restore(io.NopCloser(bytes.NewReader(sink.Bytes()))); err != nil {
 		t.Fatal(err)
 	}
-	if a.m.Digest() != b.m.Digest() {
-		t.Fatal("restored digest differs")
+	if twin.m.Digest() != b.m.Digest() || b.m.LastIndex() != 3 {
+		t.Fatalf("restored state is not the state at the snapshot's point (last index %d)", b.m.LastIndex())
 	}
+	// A snapshot raft releases without persisting lets the next one begin.
+	snap, _ = a.Snapshot()
+	snap.Release()
+	snap, _ = a.Snapshot()
+	snap.Release()
 }
 
 func TestCorruptEntryStopsTheNode(t *testing.T) {
@@ -91,4 +103,23 @@ func TestRestoreErrorKeepsState(t *testing.T) {
 	if a.m.Digest() != before {
 		t.Fatal("failed restore changed the state")
 	}
+}
+
+// While another snapshot is being encoded (a backup), raft's Snapshot fails
+// at once instead of holding raft's FSM goroutine until it ends.
+func TestSnapshotWhileAnotherEncodes(t *testing.T) {
+	m := fsm.New()
+	a := New(m)
+	backup := m.BeginSnapshot()
+	if _, err := a.Snapshot(); !errors.Is(err, ErrSnapshotBusy) {
+		t.Fatalf("snapshot during another: %v, want ErrSnapshotBusy", err)
+	}
+	if _, err := backup.Encode(); err != nil {
+		t.Fatal(err)
+	}
+	snap, err := a.Snapshot()
+	if err != nil {
+		t.Fatalf("snapshot after the other ended: %v", err)
+	}
+	snap.Release()
 }
