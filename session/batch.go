@@ -19,7 +19,7 @@ type batcher struct {
 	fwd   Forwarder
 	flush time.Duration
 	mu    sync.Mutex
-	wait  map[uint64][]chan touchResult // by session: the heartbeats waiting
+	wait  map[uint64][]func(known bool, err error) // by session: the heartbeats waiting
 	kick  chan struct{}
 }
 
@@ -29,24 +29,30 @@ type touchResult struct {
 }
 
 func newBatcher(fwd Forwarder, flush time.Duration) *batcher {
-	return &batcher{fwd: fwd, flush: flush, wait: map[uint64][]chan touchResult{}, kick: make(chan struct{}, 1)}
+	return &batcher{fwd: fwd, flush: flush, wait: map[uint64][]func(bool, error){}, kick: make(chan struct{}, 1)}
 }
 
 // touch queues a heartbeat of session id and waits for the batch's answer.
 func (b *batcher) touch(ctx context.Context, id uint64) (bool, error) {
 	ch := make(chan touchResult, 1)
-	b.mu.Lock()
-	b.wait[id] = append(b.wait[id], ch)
-	b.mu.Unlock()
-	select {
-	case b.kick <- struct{}{}:
-	default:
-	}
+	b.touchAsync(id, func(known bool, err error) { ch <- touchResult{known, err} })
 	select {
 	case r := <-ch:
 		return r.known, r.err
 	case <-ctx.Done():
 		return false, ctx.Err()
+	}
+}
+
+// touchAsync queues a heartbeat of session id; done gets the batch's
+// answer, on the batcher's goroutine: it must not block.
+func (b *batcher) touchAsync(id uint64, done func(known bool, err error)) {
+	b.mu.Lock()
+	b.wait[id] = append(b.wait[id], done)
+	b.mu.Unlock()
+	select {
+	case b.kick <- struct{}{}:
+	default:
 	}
 }
 
@@ -66,7 +72,7 @@ func (b *batcher) run(ctx context.Context) {
 		}
 		b.mu.Lock()
 		wait := b.wait
-		b.wait = map[uint64][]chan touchResult{}
+		b.wait = make(map[uint64][]func(bool, error), len(wait))
 		b.mu.Unlock()
 		if len(wait) == 0 {
 			continue
@@ -77,10 +83,10 @@ func (b *batcher) run(ctx context.Context) {
 		}
 		slices.Sort(ids)
 		unknown, err := b.send(ctx, ids)
-		for id, chans := range wait {
-			r := touchResult{known: err == nil && !slices.Contains(unknown, id), err: err}
-			for _, ch := range chans {
-				ch <- r
+		for id, dones := range wait {
+			known := err == nil && !slices.Contains(unknown, id)
+			for _, done := range dones {
+				done(known, err)
 			}
 		}
 	}
@@ -98,11 +104,12 @@ func (b *batcher) send(ctx context.Context, ids []uint64) ([]uint64, error) {
 
 func (b *batcher) fail(err error) {
 	b.mu.Lock()
-	defer b.mu.Unlock()
-	for id, chans := range b.wait {
-		for _, ch := range chans {
-			ch <- touchResult{err: err}
+	wait := b.wait
+	b.wait = map[uint64][]func(bool, error){}
+	b.mu.Unlock()
+	for _, dones := range wait {
+		for _, done := range dones {
+			done(false, err)
 		}
-		delete(b.wait, id)
 	}
 }

@@ -29,10 +29,12 @@ type confirmer struct {
 	kick  chan struct{}
 }
 
-// round is one confirmation; done is closed once err is set.
+// round is one confirmation; done is closed once err is set, and then
+// each of then is called with err.
 type round struct {
 	done chan struct{}
 	err  error
+	then []func(error) // guarded by confirmer.mu until the round starts
 }
 
 func newConfirmer(rep Replica, every time.Duration) *confirmer {
@@ -62,6 +64,29 @@ func (c *confirmer) wait(ctx context.Context) error {
 		return r.err
 	case <-ctx.Done():
 		return ctx.Err()
+	}
+}
+
+// waitAsync is wait without blocking: done is called, with wait's result,
+// once a confirmation that started after the call has ended (on the
+// confirmer's goroutine: it must not block), or at once if the confirmer
+// has stopped.
+func (c *confirmer) waitAsync(done func(error)) {
+	c.mu.Lock()
+	if c.ended != nil {
+		err := c.ended
+		c.mu.Unlock()
+		done(err)
+		return
+	}
+	if c.next == nil {
+		c.next = &round{done: make(chan struct{})}
+	}
+	c.next.then = append(c.next.then, done)
+	c.mu.Unlock()
+	select {
+	case c.kick <- struct{}{}:
+	default:
 	}
 }
 
@@ -96,17 +121,28 @@ func (c *confirmer) run(ctx context.Context) {
 			r.err = fmt.Errorf("%w: leadership not confirmed: %v", ErrNotLeading, err)
 		}
 		cancel()
-		close(r.done)
+		r.finish()
+	}
+}
+
+// finish publishes the round's outcome, set in err.
+func (r *round) finish() {
+	close(r.done)
+	for _, done := range r.then {
+		done(r.err)
 	}
 }
 
 func (c *confirmer) end(err error) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	c.ended = fmt.Errorf("%w: %v", ErrNotLeading, err)
-	if c.next != nil {
-		c.next.err = c.ended
-		close(c.next.done)
-		c.next = nil
+	r := c.next
+	c.next = nil
+	if r != nil {
+		r.err = c.ended
+	}
+	c.mu.Unlock()
+	if r != nil {
+		r.finish()
 	}
 }

@@ -201,3 +201,56 @@ func TestDeadlineInsideATickFiresOnce(t *testing.T) {
 		t.Fatalf("due %v, want [1]", due)
 	}
 }
+
+// blocker is an Expirer whose calls wait until released, counting how many
+// are in flight at once.
+type blocker struct {
+	mu        sync.Mutex
+	now, most int
+	done      int
+	release   chan struct{}
+}
+
+func (b *blocker) Expire(ctx context.Context, id uint64) error {
+	b.mu.Lock()
+	b.now++
+	b.most = max(b.most, b.now)
+	b.mu.Unlock()
+	<-b.release
+	b.mu.Lock()
+	b.now--
+	b.done++
+	b.mu.Unlock()
+	return nil
+}
+
+func (b *blocker) stats() (now, most, done int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.now, b.most, b.done
+}
+
+// A mass expiry proposes at most maxExpiring at once, and every session
+// still gets its expiry.
+func TestMassExpiryIsBounded(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	b := &blocker{release: make(chan struct{})}
+	tr := newTable(Config{Tick: 5 * time.Millisecond, Expirer: b})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { tr.Run(ctx); close(done) }()
+	const n = 3 * maxExpiring
+	var ss []Info
+	for i := range n {
+		ss = append(ss, Info{ID: uint64(i + 1), TTL: 20 * time.Millisecond})
+	}
+	lead(tr, ss)
+	waitFor(t, 10*time.Second, func() bool { now, _, _ := b.stats(); return now == maxExpiring })
+	close(b.release)
+	waitFor(t, 10*time.Second, func() bool { _, _, d := b.stats(); return d == n })
+	if _, most, _ := b.stats(); most > maxExpiring {
+		t.Fatalf("%d expiries proposed at once; the bound is %d", most, maxExpiring)
+	}
+	cancel()
+	<-done
+}

@@ -185,16 +185,49 @@ func (l *Liveness) Ended(id uint64) { l.t.Ended(id) }
 // not re-armed yet, or whose leadership was not confirmed: no answer
 // rather than a wrong one), or the error of ctx.
 func (l *Liveness) Heartbeat(ctx context.Context, id uint64) (known bool, err error) {
+	type answer struct {
+		known bool
+		err   error
+	}
+	ch := make(chan answer, 1)
+	l.HeartbeatAsync(id, func(known bool, err error) { ch <- answer{known, err} })
+	select {
+	case a := <-ch:
+		return a.known, a.err
+	case <-ctx.Done():
+		return false, ctx.Err()
+	}
+}
+
+// HeartbeatAsync is Heartbeat without a goroutine waiting: it renews
+// session id at once (on the leader) or queues it for the follower's
+// batch, and calls done with Heartbeat's answer once there is one: after
+// the confirmation of leadership that started after the renewal, or the
+// leader's answer to the batch. done runs on the goroutine that confirms
+// or forwards, so it must not block; it may run before HeartbeatAsync
+// returns. A session stream (api/server) acknowledges a heartbeat from
+// done, so one goroutine per stream fewer waits, and no goroutine wakes up
+// per heartbeat only to pass an answer on. The rule is Heartbeat's: a
+// renewal is answered "known" only once confirmed in the term it was made
+// in (DESIGN.md, "A change of leader").
+func (l *Liveness) HeartbeatAsync(id uint64, done func(known bool, err error)) {
 	switch unknown, epoch, st := l.t.touch(id); st {
 	case leading:
-		if err := l.confirmed(ctx, epoch); err != nil {
-			return false, err
-		}
-		return len(unknown) == 0, nil
+		l.conf.waitAsync(func(err error) {
+			if err == nil && !l.t.holds(epoch) {
+				err = errTermChanged
+			}
+			if err != nil {
+				done(false, err)
+				return
+			}
+			done(len(unknown) == 0, nil)
+		})
 	case arming:
-		return true, ErrNotLeading
+		done(true, ErrNotLeading)
+	default:
+		l.batch.touchAsync(id, done)
 	}
-	return l.batch.touch(ctx, id)
 }
 
 // Renew is the leader's end of a forwarded batch: it renews the sessions
@@ -229,7 +262,9 @@ func (l *Liveness) confirmed(ctx context.Context, epoch uint64) error {
 		return err
 	}
 	if !l.t.holds(epoch) {
-		return fmt.Errorf("%w: leadership changed before the renewal was confirmed", ErrNotLeading)
+		return errTermChanged
 	}
 	return nil
 }
+
+var errTermChanged = fmt.Errorf("%w: leadership changed before the renewal was confirmed", ErrNotLeading)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -71,7 +72,7 @@ func (s *Server) Session(stream pb.Locks_SessionServer) error {
 		return err
 	}
 
-	acks := make(chan *pb.SessionDown, 16) // heartbeat acks and call replies
+	acks := make(chan *pb.SessionDown, 64) // heartbeat acks and call replies
 	recvErr := make(chan error, 1)
 	go s.receive(ctx, stream, at, acks, recvErr)
 	for {
@@ -104,9 +105,18 @@ func (s *Server) Session(stream pb.Locks_SessionServer) error {
 	}
 }
 
-// receive reads the client's messages after the attach: heartbeats go, in
-// order, to the heartbeat loop; each call runs at once (streamcall.go), so
-// that a heartbeat waiting for the leader never delays a call.
+// maxHeartbeatsWaiting bounds the heartbeats of one stream that wait for
+// their answer (the follower's batch, the leader's confirmation): a client
+// that sends more meanwhile gets no ack for the excess, as a node that
+// cannot renew answers none; it sends again after TTL/10. A well-behaved
+// client has one or two waiting.
+const maxHeartbeatsWaiting = 16
+
+// receive reads the client's messages after the attach. A heartbeat is
+// handed to session liveness, which renews the session and answers later
+// (heartbeat); each call runs at once (streamcall.go). Neither waits here,
+// so that a heartbeat waiting for the leader never delays a call, and no
+// goroutine per stream waits for heartbeats' answers.
 func (s *Server) receive(ctx context.Context, stream pb.Locks_SessionServer, at *pb.Attach, out chan<- *pb.SessionDown, recvErr chan<- error) {
 	fail := func(err error) {
 		select {
@@ -114,9 +124,7 @@ func (s *Server) receive(ctx context.Context, stream pb.Locks_SessionServer, at 
 		default: // the stream is ending already
 		}
 	}
-	hbs := make(chan uint64, 16)
-	defer close(hbs)
-	go s.heartbeats(ctx, at.SessionId, hbs, out, fail)
+	hb := &heartbeater{s: s, ctx: ctx, id: at.SessionId, out: out, fail: fail}
 	calls := &streamCalls{}
 	for {
 		m, err := stream.Recv()
@@ -126,11 +134,7 @@ func (s *Server) receive(ctx context.Context, stream pb.Locks_SessionServer, at 
 		}
 		switch k := m.Kind.(type) {
 		case *pb.SessionUp_Heartbeat:
-			select {
-			case hbs <- k.Heartbeat.Id:
-			case <-ctx.Done():
-				return
-			}
+			hb.heartbeat(k.Heartbeat.Id)
 		case *pb.SessionUp_Call:
 			calls.start(ctx, s, at, k.Call, out)
 		default:
@@ -140,31 +144,61 @@ func (s *Server) receive(ctx context.Context, stream pb.Locks_SessionServer, at 
 	}
 }
 
-// heartbeats renews the session for each heartbeat id it receives, sending
-// an ack (or nil when the session has ended) to the stream.
-func (s *Server) heartbeats(ctx context.Context, id uint64, hbs <-chan uint64, acks chan<- *pb.SessionDown, fail func(error)) {
-	for hb := range hbs {
-		known, err := s.live.Heartbeat(ctx, id)
-		var out *pb.SessionDown
-		switch {
-		case (errors.Is(err, session.ErrNotLeading) || err != nil && ctx.Err() == nil) && !s.knowsLeader():
-			// Nobody here can renew the session (an election, or this
-			// node is cut off): say so at once, so that the client moves
-			// its stream to a node that can, instead of losing the session
-			// after a TTL of silence (docs/chaos.md, finding 2).
-			fail(rpcerr.NoLeader(fmt.Sprintf("node %s knows no leader to renew session %d: reconnect to another node", s.cfg.Self.ID, id)))
-			return
-		case errors.Is(err, session.ErrNotLeading), err != nil && ctx.Err() == nil:
-			continue // no leader renewed it: no ack; the client sends again
-		case err != nil:
-			return
-		case known:
-			out = &pb.SessionDown{Kind: &pb.SessionDown_HeartbeatAck{HeartbeatAck: &pb.HeartbeatAck{Id: hb}}}
-		}
-		select {
-		case acks <- out:
-		case <-ctx.Done():
-			return
+// heartbeater renews one stream's session for each heartbeat and sends
+// the ack (or nil when the session has ended) to the stream's out.
+type heartbeater struct {
+	s       *Server
+	ctx     context.Context // the stream's
+	id      uint64
+	out     chan<- *pb.SessionDown
+	fail    func(error)
+	waiting atomic.Int32
+}
+
+// heartbeat renews the session for heartbeat hb; the answer comes later,
+// from session liveness (done).
+func (h *heartbeater) heartbeat(hb uint64) {
+	if h.waiting.Add(1) > maxHeartbeatsWaiting {
+		h.waiting.Add(-1)
+		return // no ack: too many waiting already
+	}
+	h.s.live.HeartbeatAsync(h.id, func(known bool, err error) {
+		h.waiting.Add(-1)
+		h.done(hb, known, err)
+	})
+}
+
+// done sends heartbeat hb's answer. It runs on session liveness's
+// goroutine, so it never blocks: an ack that finds out full is dropped,
+// and the client sends again, as for any heartbeat not acknowledged.
+func (h *heartbeater) done(hb uint64, known bool, err error) {
+	ctx := h.ctx
+	var out *pb.SessionDown
+	switch {
+	case (errors.Is(err, session.ErrNotLeading) || err != nil && ctx.Err() == nil) && !h.s.knowsLeader():
+		// Nobody here can renew the session (an election, or this
+		// node is cut off): say so at once, so that the client moves
+		// its stream to a node that can, instead of losing the session
+		// after a TTL of silence (docs/chaos.md, finding 2).
+		h.fail(rpcerr.NoLeader(fmt.Sprintf("node %s knows no leader to renew session %d: reconnect to another node", h.s.cfg.Self.ID, h.id)))
+		return
+	case errors.Is(err, session.ErrNotLeading), err != nil && ctx.Err() == nil:
+		return // no leader renewed it: no ack; the client sends again
+	case err != nil, ctx.Err() != nil:
+		return // the stream has ended
+	case known:
+		out = &pb.SessionDown{Kind: &pb.SessionDown_HeartbeatAck{HeartbeatAck: &pb.HeartbeatAck{Id: hb}}}
+	}
+	select {
+	case h.out <- out:
+	default:
+		if out == nil { // the session has ended: worth a wait, once
+			go func() {
+				select {
+				case h.out <- nil:
+				case <-ctx.Done():
+				}
+			}()
 		}
 	}
 }

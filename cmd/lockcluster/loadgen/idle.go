@@ -84,16 +84,12 @@ type idleSession struct {
 	acked   atomic.Int64                  // send time of the newest acknowledged heartbeat
 	ended   atomic.Bool
 	jeopard atomic.Bool
+	// attaching is set while a goroutine attaches the stream again.
+	attaching atomic.Bool
 }
 
 // sessionStream boxes a stream for an atomic pointer.
 type sessionStream struct{ pb.Locks_SessionClient }
-
-// shard is the sessions one sender goroutine heartbeats.
-type shard struct {
-	mu sync.Mutex
-	ss []*idleSession
-}
 
 type idleRun struct {
 	cfg        IdleConfig
@@ -105,6 +101,7 @@ type idleRun struct {
 	jeopardy   atomic.Int64
 	streamErrs atomic.Int64
 	retries    atomic.Int64 // opens and attaches retried (no leader)
+	attachSem  chan struct{}
 	ackLat     Histogram
 }
 
@@ -122,7 +119,7 @@ func RunIdle(ctx context.Context, cfg IdleConfig) (*IdleResult, error) {
 	if cfg.Namespace == "" {
 		cfg.Namespace = "default"
 	}
-	r := &idleRun{cfg: cfg, start: time.Now()}
+	r := &idleRun{cfg: cfg, start: time.Now(), attachSem: make(chan struct{}, reattachers)}
 	var conns []*grpc.ClientConn
 	for range cfg.ConnsPerNode {
 		for _, ep := range cfg.Endpoints {
@@ -169,6 +166,12 @@ func RunIdle(ctx context.Context, cfg IdleConfig) (*IdleResult, error) {
 	stopProgress := r.progress()
 	sleepCtx(ctx, cfg.Duration)
 	r.recording.Store(false)
+	end := r.now()
+	for _, s := range ss {
+		if !s.ended.Load() {
+			r.checkJeopardy(s, end)
+		}
+	}
 	window := (r.now() - from).Seconds()
 	stopProgress()
 	if meter != nil {
@@ -224,9 +227,7 @@ func (r *idleRun) openAll(ctx context.Context, ss []*idleSession, conns []*grpc.
 			ss[i] = s
 			sh := &r.shards[i%len(r.shards)]
 			s.due = r.now()
-			sh.mu.Lock()
-			sh.ss = append(sh.ss, s)
-			sh.mu.Unlock()
+			sh.add(s)
 			done.Add(1)
 		}()
 	}
@@ -239,7 +240,10 @@ func (r *idleRun) openAll(ctx context.Context, ss []*idleSession, conns []*grpc.
 
 // open opens and attaches one session, retrying while the cluster is
 // unavailable (an election) for up to a minute. A retried open whose first
-// attempt did commit leaves a session nobody heartbeats: it expires.
+// attempt did commit leaves a session nobody heartbeats: it expires. Only
+// a failed open is an error: a session that could not be attached is left
+// to the sender, which attaches it again, and one that ended before it
+// was attached counts as expired.
 func (r *idleRun) open(ctx context.Context, s *idleSession) error {
 	octx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
@@ -259,18 +263,39 @@ func (r *idleRun) open(ctx context.Context, s *idleSession) error {
 	s.id, s.index, s.secret = resp.SessionId, resp.Index, resp.Secret
 	s.acked.Store(int64(r.now()))
 	for backoff := 50 * time.Millisecond; ; backoff = min(2*backoff, time.Second) {
-		err := r.attach(ctx, s) // the stream lives as long as the run
-		if err == nil || status.Code(err) != codes.Unavailable || octx.Err() != nil {
-			return err
+		err := r.attach(ctx, octx, s) // the stream lives as long as the run
+		switch {
+		case err == nil:
+			return nil
+		case status.Code(err) == codes.FailedPrecondition: // it has ended
+			s.ended.Store(true)
+			r.expired.Add(1)
+			return nil
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case status.Code(err) != codes.Unavailable || octx.Err() != nil:
+			r.streamErrs.Add(1)
+			return nil // the sender attaches it again
 		}
 		r.retries.Add(1)
 		sleepCtx(octx, backoff)
 	}
 }
 
-// attach opens the session's stream and starts reading it.
-func (r *idleRun) attach(ctx context.Context, s *idleSession) error {
-	st, err := pb.NewLocksClient(s.cc).Session(ctx)
+// attach opens the session's stream, which lives as long as ctx, and
+// starts reading it. The attach itself (until the node's Synced) is bounded
+// by actx.
+func (r *idleRun) attach(ctx, actx context.Context, s *idleSession) error {
+	sctx, cancel := context.WithCancel(ctx)
+	ok := false
+	defer func() {
+		if !ok {
+			cancel()
+		}
+	}()
+	stop := context.AfterFunc(actx, cancel)
+	defer stop()
+	st, err := pb.NewLocksClient(s.cc).Session(sctx)
 	if err != nil {
 		return err
 	}
@@ -284,6 +309,10 @@ func (r *idleRun) attach(ctx context.Context, s *idleSession) error {
 	if m.GetSynced() == nil {
 		return errors.New("session stream did not start with a sync")
 	}
+	if !stop() { // actx ended meanwhile: the stream is cancelled
+		return actx.Err()
+	}
+	ok = true
 	s.stream.Store(&sessionStream{st})
 	go r.read(ctx, s, st)
 	return nil
@@ -310,6 +339,9 @@ func (r *idleRun) read(ctx context.Context, s *idleSession, st pb.Locks_SessionC
 		switch k := m.Kind.(type) {
 		case *pb.SessionDown_HeartbeatAck:
 			sent := s.sentAt[k.HeartbeatAck.Id%4].Load()
+			// Before the ack moves it: had a TTL passed since the newest
+			// acknowledged send? (The senders look only now and then.)
+			r.checkJeopardy(s, r.now())
 			if r.recording.Load() {
 				r.acks.Add(1)
 				r.ackLat.Record(r.now() - time.Duration(sent))
@@ -320,56 +352,6 @@ func (r *idleRun) read(ctx context.Context, s *idleSession, st pb.Locks_SessionC
 		case *pb.SessionDown_Event:
 			if k.Event.Kind == pb.Event_SESSION_ENDED && s.ended.CompareAndSwap(false, true) {
 				r.expired.Add(1)
-			}
-		}
-	}
-}
-
-// send heartbeats the sessions of one shard, each every TTL/3 from its
-// first heartbeat (sent once it is attached).
-func (r *idleRun) send(ctx context.Context, sh *shard) {
-	every, retry := r.cfg.TTL/3, r.cfg.TTL/10
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-		now := r.now()
-		sh.mu.Lock()
-		mine := sh.ss
-		sh.mu.Unlock()
-		for _, s := range mine {
-			if s.ended.Load() {
-				continue
-			}
-			if now-time.Duration(s.acked.Load()) > r.cfg.TTL && s.jeopard.CompareAndSwap(false, true) {
-				r.jeopardy.Add(1)
-			}
-			// As the Go client does: a heartbeat still unacknowledged after
-			// TTL/10 (dropped by a node during an election) is sent again.
-			last := time.Duration(s.sentAt[s.nextID%4].Load())
-			resend := s.nextID > 0 && time.Duration(s.acked.Load()) < last && now-last >= retry
-			if now < s.due && !resend {
-				continue
-			}
-			s.due = max(s.due+every, now+every/2)
-			if resend {
-				s.due = now + every
-			}
-			st := s.stream.Load()
-			if st == nil {
-				if err := r.attach(ctx, s); err != nil {
-					continue
-				}
-				st = s.stream.Load()
-			}
-			s.nextID++
-			s.sentAt[s.nextID%4].Store(int64(now))
-			if err := st.Send(&pb.SessionUp{Kind: &pb.SessionUp_Heartbeat{Heartbeat: &pb.Heartbeat{Id: s.nextID}}}); err == nil && r.recording.Load() {
-				r.hbs.Add(1)
 			}
 		}
 	}
