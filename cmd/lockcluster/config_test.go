@@ -69,6 +69,9 @@ func TestParseBytes(t *testing.T) {
 	if err := (&serveConfig{memoryLimit: "lots", logLevel: "info", limits: defaultLimits()}).run(); err == nil || !strings.Contains(err.Error(), `--memory-limit: "lots"`) {
 		t.Errorf("serve --memory-limit lots: %v", err)
 	}
+	if err := (&serveConfig{gcHeadroom: "-5MiB", logLevel: "info", limits: defaultLimits()}).run(); err == nil || !strings.Contains(err.Error(), `--gc-headroom: "-5MiB"`) {
+		t.Errorf("serve --gc-headroom -5MiB: %v", err)
+	}
 	for _, s := range defaultServeConfig().settings() {
 		if s.key == "enable-pprof" {
 			if err := s.set("maybe"); err == nil || !strings.Contains(err.Error(), `"maybe"`) {
