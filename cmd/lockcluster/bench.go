@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"runtime/pprof"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/lockcluster/lockcluster"
 	"github.com/lockcluster/lockcluster/cmd/lockcluster/loadgen"
 	"github.com/lockcluster/lockcluster/cmd/lockcluster/proccluster"
 )
@@ -32,6 +34,8 @@ type benchFlags struct {
 	cpuProfile   string
 	opens        int
 	floodWorkers int
+	snapEvery    time.Duration
+	holdWorkers  int
 }
 
 func newBench(g *globals) *cobra.Command {
@@ -56,6 +60,9 @@ directory). Workloads:
                limit (--local sets it to 1000) while --workers lock in another
                namespace: their latency quiet and flooded, and the log entries
                the flood added
+  snapshot     hold --locks locks, then run --workers uncontended pairs while
+               saving a snapshot every --snapshot-every: the pairs' latency
+               during a snapshot and outside one
 
 It reports acquire+release pairs per second and the p50/p90/p99/p99.9 of the
 acquire latency and of the hand-off (release started → next holder told), and
@@ -100,6 +107,8 @@ with --local each node's CPU and RSS. Progress goes to stderr once a second;
 	fl.IntVar(&f.connsPerNode, "conns-per-node", 8, "idle: connections per node that carry the session streams")
 	fl.IntVar(&f.opens, "opens", 100_000, "flood: OpenSession calls the flooding tenant makes")
 	fl.IntVar(&f.floodWorkers, "flood-workers", 64, "flood: concurrent flooding callers")
+	fl.DurationVar(&f.snapEvery, "snapshot-every", 5*time.Second, "snapshot: the pause between one snapshot's end and the next one's start")
+	fl.IntVar(&f.holdWorkers, "hold-workers", 256, "snapshot: acquires in flight while --locks are taken")
 	return cmd
 }
 
@@ -186,11 +195,20 @@ func runBench(g *globals, f *benchFlags, command string) error {
 			res.DurationS = cfg.Duration.Seconds() + res.Flood.FloodSeconds
 		}
 	case loadgen.HeldLocks:
-		hc := loadgen.HeldConfig{Driver: d, Sessions: cfg.Sessions, Locks: cfg.Locks, Workers: cfg.Workers, Prefix: cfg.Prefix, Hold: cfg.Hold, Progress: os.Stderr}
-		if cluster != nil {
-			hc.Measure = func() []loadgen.ProcUsage { return loadgen.Meter(ctx, cluster).Stop() }
+		res.Held, err = loadgen.RunHeld(ctx, heldConfig(ctx, d, cfg, cfg.Workers, cluster))
+	case loadgen.Snapshots:
+		hc := heldConfig(ctx, d, cfg, f.holdWorkers, cluster)
+		var a *lockcluster.Admin
+		if a, err = g.admin(addrs...); err != nil {
+			return err
 		}
-		res.Held, err = loadgen.RunHeld(ctx, hc)
+		defer a.Close()
+		res.Snapshot, err = loadgen.RunSnapLat(ctx, loadgen.SnapLatConfig{Held: hc, Probes: cfg.Workers, Duration: cfg.Duration, Every: f.snapEvery, Progress: os.Stderr,
+			Snapshot: func(ctx context.Context) (int64, error) {
+				info, err := a.SaveSnapshot(ctx, io.Discard)
+				return int64(info.Size), err
+			}})
+		res.DurationS = cfg.Duration.Seconds()
 	default:
 		res, err = loadgen.Run(ctx, d, cfg)
 	}
@@ -210,6 +228,16 @@ func runBench(g *globals, f *benchFlags, command string) error {
 		return printJSON(os.Stdout, res)
 	}
 	return res.WriteTable(os.Stdout)
+}
+
+// heldConfig is the held workload's configuration, with workers acquires
+// in flight; with a local cluster it measures each node once all are held.
+func heldConfig(ctx context.Context, d loadgen.Driver, cfg loadgen.Config, workers int, cluster *proccluster.Cluster) loadgen.HeldConfig {
+	hc := loadgen.HeldConfig{Driver: d, Sessions: cfg.Sessions, Locks: cfg.Locks, Workers: workers, Prefix: cfg.Prefix, Hold: cfg.Hold, Progress: os.Stderr}
+	if cluster != nil {
+		hc.Measure = func() []loadgen.ProcUsage { return loadgen.Meter(ctx, cluster).Stop() }
+	}
+	return hc
 }
 
 // localPIDs returns the pids of the nodes serving addrs, in that order.

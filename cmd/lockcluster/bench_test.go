@@ -59,7 +59,7 @@ func TestBenchLocalWritesJSON(t *testing.T) {
 // The held workload keeps its locks for --hold before it measures each
 // node's memory, split into anonymous and file-backed; --cpuprofile writes
 // the load generator's profile. The idle workload heartbeats without a
-// session expiring.
+// session expiring. The snapshot workload is checked last.
 func TestBenchHeldAndIdle(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts clusters")
@@ -97,5 +97,18 @@ func TestBenchHeldAndIdle(t *testing.T) {
 	r, _ = run("--workload", "idle", "--sessions", "60", "--duration", "3s", "--ttl", "4s")
 	if i := r.Idle; i == nil || i.Sessions != 60 || i.Acks == 0 || i.Expired != 0 {
 		t.Fatalf("idle result %+v", r.Idle)
+	}
+	// The snapshot workload holds its locks, saves snapshots of them through
+	// the leader while pairs run, and sorts every pair into during or
+	// outside.
+	r, _ = run("--workload", "snapshot", "--locks", "300", "--sessions", "3", "--workers", "2", "--duration", "3s", "--snapshot-every", "500ms")
+	sn := r.Snapshot
+	if sn == nil || sn.Held == nil || sn.Held.Locks != 300 || len(sn.Snapshots) == 0 || sn.Bytes == 0 || sn.DuringPairs+sn.OutsidePairs == 0 {
+		t.Fatalf("snapshot result %+v", r.Snapshot)
+	}
+	for _, sp := range sn.Snapshots {
+		if sp.End < sp.Start {
+			t.Fatalf("a snapshot ended before it started: %+v", sp)
+		}
 	}
 }

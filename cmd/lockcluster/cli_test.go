@@ -88,6 +88,20 @@ func TestClusterCommands(t *testing.T) {
 	})
 
 	t.Run("leave removes a dead member", func(t *testing.T) {
+		// Every member first records its API address and is probed: a
+		// member killed before it recorded itself has no address to probe
+		// and shows "unknown", not "unreachable" (the subtests above can
+		// take under a second).
+		waitFor(t, 30*time.Second, "every member probed ok", func() bool {
+			out, _ := run(t, pc, "members")
+			probed := 0
+			for _, line := range strings.Split(out, "\n") {
+				if strings.HasPrefix(line, "node") && strings.Contains(line, " ok") {
+					probed++
+				}
+			}
+			return probed == 3
+		})
 		victim := (pc.leader(5*time.Second) + 1) % 3
 		pc.kill(victim)
 		// Before it leaves, the dead member shows as such: members says

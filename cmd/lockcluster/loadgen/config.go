@@ -16,10 +16,11 @@ const (
 	Idle        = "idle"        // many sessions that only heartbeat
 	Failover    = "failover"    // kill the leader repeatedly under load
 	HeldLocks   = "held"        // acquire many locks and keep them (memory)
+	Snapshots   = "snapshot"    // hold many locks, run pairs, snapshot now and then
 )
 
 // Workloads lists every workload, in the order reports use.
-var Workloads = []string{Uncontended, Contended, RW, IfAvailable, Churn, Idle, Failover, HeldLocks, Flood}
+var Workloads = []string{Uncontended, Contended, RW, IfAvailable, Churn, Idle, Failover, HeldLocks, Flood, Snapshots}
 
 // Config describes one run.
 type Config struct {
@@ -75,14 +76,14 @@ func (c *Config) Validate() error {
 	if c.Prefix == "" {
 		c.Prefix = fmt.Sprintf("bench-%d/", time.Now().UnixNano())
 	}
-	if c.Sessions == 0 || (c.Sessions > c.Workers && c.Workload != Idle && c.Workload != HeldLocks) {
+	if c.Sessions == 0 || (c.Sessions > c.Workers && c.Workload != Idle && c.Workload != HeldLocks && c.Workload != Snapshots) {
 		if c.Workload == Idle {
 			c.Sessions = 1000
 		} else {
 			c.Sessions = c.Workers
 		}
 	}
-	if c.Workload == HeldLocks && c.Locks <= 0 {
+	if (c.Workload == HeldLocks || c.Workload == Snapshots) && c.Locks <= 0 {
 		c.Locks = 100_000
 	}
 	if c.Trials <= 0 {

@@ -44,6 +44,7 @@ type Result struct {
 	Failover *FailoverResult `json:"failover,omitempty"`
 	Held     *HeldResult     `json:"held,omitempty"`
 	Flood    *FloodResult    `json:"flood,omitempty"`
+	Snapshot *SnapLatResult  `json:"snapshot,omitempty"`
 
 	// RaftTimers are the leader's raft timers (p50, p99 in ms) at the end
 	// of the run, when its /metrics has them (see RaftTimers).
@@ -66,7 +67,7 @@ func rate(n int64, seconds float64) float64 {
 func (r *Result) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "%s %s: %d workers, %d sessions, hold %gms, %.1fs measured\n", r.Driver, r.Workload, r.Workers, r.Sessions, r.HoldMS, r.DurationS)
-	if r.Pairs > 0 || r.Workload != Idle && r.Workload != HeldLocks && r.Workload != Failover && r.Workload != Flood {
+	if r.Pairs > 0 || r.Workload != Idle && r.Workload != HeldLocks && r.Workload != Failover && r.Workload != Flood && r.Workload != Snapshots {
 		fmt.Fprintf(tw, "pairs\t%d\t%.1f/s\n", r.Pairs, r.PairsPerSec)
 	}
 	if r.Handoffs > 0 {
@@ -115,6 +116,9 @@ func (r *Result) WriteTable(w io.Writer) error {
 	}
 	if r.Held != nil {
 		r.Held.write(tw)
+	}
+	if r.Snapshot != nil {
+		r.Snapshot.write(tw)
 	}
 	if r.Flood != nil {
 		r.Flood.write(tw)
