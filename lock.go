@@ -162,7 +162,16 @@ func (c *lockCtx) Value(key any) any {
 	return c.Context.Value(key)
 }
 
-// Release releases the lock. It is idempotent.
+// Release releases the lock. It is idempotent: later calls return the
+// first one's answer.
+//
+// If the cluster does not confirm the release before ctx ends (or answers
+// with an error that says nothing about the lock, such as a timeout of its
+// own), Release returns that error, yet the lock ends here all the same:
+// its context is cancelled with ErrReleased, and the client goes on
+// sending the release in the background, with the same request id, until
+// the cluster answers it or the session ends. A lock its holder let go of
+// is never left held by a session that lives on.
 func (l *Lock) Release(ctx context.Context) error {
 	l.once.Do(func() {
 		l.s.mu.Lock()
@@ -172,13 +181,14 @@ func (l *Lock) Release(ctx context.Context) error {
 			l.s.forget(l.r)
 			return
 		}
-		err := l.s.c.call(ctx, func(ctx context.Context, lc pb.LocksClient) error {
+		release := func(ctx context.Context, lc pb.LocksClient) error {
 			resp, err := lc.Release(ctx, &pb.ReleaseRequest{Namespace: l.s.c.cfg.namespace, SessionId: l.s.id, RequestId: l.r.id, Token: l.token, AckBelow: l.s.ackBelow(), SessionSecret: l.s.secret})
 			if err == nil {
 				l.s.c.seen(resp.Index)
 			}
 			return err
-		})
+		}
+		err := l.s.c.call(ctx, release)
 		if errors.Is(err, ErrSessionClosed) {
 			// The session ended before the release: the lock was lost (the
 			// cluster expired it), and the holder must hear of it.
@@ -189,6 +199,18 @@ func (l *Lock) Release(ctx context.Context) error {
 			l.cancel(l.relErr)
 			l.s.forget(l.r)
 			l.s.endIfNotOpen(err)
+			return
+		}
+		if err != nil && !final(err) && l.s.c.closedErr() == nil {
+			// Not confirmed, and not refused: the holder has let go of the
+			// lock, so it ends here, and the client goes on releasing it
+			// (persist.go) rather than leave it held by a live session.
+			l.relErr = fmt.Errorf("%w (the release is not confirmed: the client goes on sending it while the session lives)", err)
+			l.s.mu.Lock()
+			l.lost = ErrReleased
+			l.s.mu.Unlock()
+			l.cancel(ErrReleased)
+			go l.releaseLater(release)
 			return
 		}
 		if err != nil {
@@ -202,6 +224,16 @@ func (l *Lock) Release(ctx context.Context) error {
 		l.s.forget(l.r)
 	})
 	return l.relErr
+}
+
+// releaseLater sends the release of a lock whose Release could not get it
+// confirmed, until the cluster answers or the session ends.
+func (l *Lock) releaseLater(release func(context.Context, pb.LocksClient) error) {
+	err := l.s.persist(release)
+	l.s.endIfNotOpen(err)
+	if err == nil || errors.Is(err, ErrSessionClosed) {
+		l.s.forget(l.r)
+	}
 }
 
 // request is one request of the session, outstanding until the client
@@ -315,13 +347,14 @@ func (s *session) apply(r *request, st pb.Status, token uint64, at time.Time, ca
 
 // releaseAbandoned releases a lock granted to a request its caller gave up
 // on (its abort could not be delivered).
+// It is sent until the cluster answers it or the session ends
+// (persist.go).
 func (s *session) releaseAbandoned(r *request, token uint64) {
-	ctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
-	defer cancel()
-	_ = s.c.call(ctx, func(ctx context.Context, lc pb.LocksClient) error {
+	err := s.persist(func(ctx context.Context, lc pb.LocksClient) error {
 		_, err := lc.Release(ctx, &pb.ReleaseRequest{Namespace: s.c.cfg.namespace, SessionId: s.id, RequestId: r.id, Token: token, SessionSecret: s.secret})
 		return err
 	})
+	s.endIfNotOpen(err)
 	s.forget(r)
 }
 

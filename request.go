@@ -121,6 +121,18 @@ func (c *Client) acquire(ctx, parent context.Context, name string, opts Options)
 			// The request may have reached the cluster: abort it.
 			return nil, s.abort(ctx, r)
 		}
+		if !final(err) && !errors.Is(err, ErrLimit) {
+			// An error that says nothing of the request (a node's own
+			// timeout, an internal error): the cluster may have applied
+			// it, and a grant nobody waits for would stay held as long as
+			// the session lives. Abort it in the background, as a request
+			// whose caller gave up; if it was granted, that releases it.
+			s.mu.Lock()
+			r.abandoned = true
+			s.mu.Unlock()
+			go s.abortAbandoned(r, "the request failed: "+err.Error())
+			return nil, err
+		}
 		s.forget(r)
 		s.endIfNotOpen(err)
 		return nil, err
@@ -199,12 +211,13 @@ func (s *session) abort(ctx context.Context, r *request) error {
 }
 
 // abortAbandoned delivers the abort of a request whose caller gave up
-// after the first attempt failed, retrying until the cluster has it or the
-// session ends. The request may have been granted at once by an entry whose
-// reply was lost: no event repeats such a grant (the reply carries it), so
-// without the abort the lock would stay held until the session ends.
+// after the first attempt failed, retrying (persist.go) until the cluster
+// answers it or the session ends. The request may have been granted at
+// once by an entry whose reply was lost: no event repeats such a grant
+// (the reply carries it), so without the abort the lock would stay held
+// until the session ends.
 func (s *session) abortAbandoned(r *request, reason string) {
-	err := s.c.call(s.ctx, func(ctx context.Context, lc pb.LocksClient) error {
+	err := s.persist(func(ctx context.Context, lc pb.LocksClient) error {
 		resp, err := lc.Abort(ctx, &pb.AbortRequest{Namespace: s.c.cfg.namespace, SessionId: s.id, RequestId: r.id, Reason: reason, AckBelow: s.ackBelow(), SessionSecret: s.secret})
 		if err == nil {
 			s.c.seen(resp.Index)
