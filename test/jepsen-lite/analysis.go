@@ -30,6 +30,7 @@ type hold struct {
 	// (relOK) or unknown at relDone.
 	relInvoke, relDone int64
 	relOK              bool
+	relErr             string // why a release's outcome is unknown
 	lostAt             int64 // when the holder learned its lock ended (0: never)
 	lostKind           string
 	lostWhy            string
@@ -131,7 +132,7 @@ func analyse(ops []Op) *history {
 			if op.Type == "invoke" {
 				h.relInvoke = op.Time
 			} else {
-				h.relDone, h.relOK = op.Time, op.Type == "ok"
+				h.relDone, h.relOK, h.relErr = op.Time, op.Type == "ok", op.Error
 			}
 		case op.F == "lost" && h != nil:
 			if h.lostAt == 0 {

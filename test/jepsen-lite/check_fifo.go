@@ -18,17 +18,29 @@ func checkFIFO(hs *history) checkResult {
 	for _, h := range hs.holds {
 		byProc[h.process] = append(byProc[h.process], h)
 	}
+	// inFlight is the one request of process p on name in flight at some
+	// time during q; nil if there is none, or more than one: a query that
+	// took long (its node paused) may span a request granted, released and
+	// followed by the next, and the pending entry is then the earlier one,
+	// not the last invoked (docs/chaos.md, finding 6).
 	inFlight := func(p int, name string, q queryOp) *hold {
 		hs := byProc[p]
 		i := sort.Search(len(hs), func(i int) bool { return hs[i].invoke > q.complete }) - 1
-		if i < 0 {
-			return nil
+		var found *hold
+		for ; i >= 0; i-- {
+			h := hs[i]
+			if h.complete != 0 && h.complete < q.invoke {
+				break // every earlier request of p had completed before q
+			}
+			if !contains(h.names, name) {
+				continue
+			}
+			if found != nil {
+				return nil // ambiguous
+			}
+			found = h
 		}
-		h := hs[i]
-		if (h.complete != 0 && h.complete < q.invoke) || !contains(h.names, name) {
-			return nil
-		}
-		return h
+		return found
 	}
 	compared := 0
 	for _, q := range hs.queries {

@@ -40,8 +40,8 @@ func checkLiveness(hs *history, o checkOptions) checkResult {
 		if blocking(h.workload) && h.invoke >= hs.heal+int64(o.Settle) {
 			after++
 			if !h.granted() {
-				r.fail("%s (%s %v) made at %s, %s after the heal, was not granted: %s %s", h.id, h.workload, h.names,
-					hs.at(h.invoke), time.Duration(h.invoke-hs.heal).Round(time.Millisecond), h.outcome, h.err)
+				r.fail("%s (%s %v) made at %s, %s after the heal, was not granted: %s %s; %s", h.id, h.workload, h.names,
+					hs.at(h.invoke), time.Duration(h.invoke-hs.heal).Round(time.Millisecond), h.outcome, h.err, hs.blockers(h))
 			}
 		}
 	}

@@ -235,6 +235,23 @@ func TestFIFO(t *testing.T) {
 	stale = append(stale, Op{Time: ms(0), Process: 3, Type: "ok", F: "acquire", Hold: "3/0", Session: 31, Names: []string{"x"}, Result: "granted", Token: 1})
 	sortOps(stale)
 	wantValid(t, stale, cFIFO)
+	// A query that spans two requests of process 2 (its node paused while
+	// it was answered): the pending entry of session 20 is either, so it
+	// is not compared. Before, it was taken for the later one, and a
+	// correct history failed.
+	long := queued(4, 6)
+	for i, op := range long {
+		if op.F == "query" && op.Type == "ok" {
+			long[i].Time = ms(40)
+		}
+	}
+	long = append(long,
+		Op{Time: ms(22), Process: 2, Type: "invoke", F: "release", Hold: "2/1", Names: []string{"mutex-0"}},
+		Op{Time: ms(23), Process: 2, Type: "ok", F: "release", Hold: "2/1", Names: []string{"mutex-0"}},
+		Op{Time: ms(24), Process: 2, Type: "invoke", F: "acquire", Hold: "2/2", Workload: wMutex, Names: []string{"mutex-0"}, Session: 20},
+		Op{Time: ms(50), Process: 2, Type: "ok", F: "acquire", Hold: "2/2", Names: []string{"mutex-0"}, Result: "granted", Token: 9, Session: 20})
+	sortOps(long)
+	wantValid(t, long, cFIFO)
 	wantInvalid(t, queued(6, 4), cFIFO, "queued ahead of 3/1")
 	wantInvalid(t, queued(1, 6), cFIFO, "behind a holder with token 2")
 }
@@ -252,6 +269,25 @@ func TestLiveness(t *testing.T) {
 	wantInvalid(t, b.ops, cLive, "3/1 (mutex [mutex-0]) invoked at")
 	wantInvalid(t, b.ops, cLive, "namespace not empty")
 	wantInvalid(t, new(hb).grant(1, "1/1", "mutex-0", 0, 10, 20, 1, 5).ops, cLive, "no heal")
+}
+
+// A liveness violation names what blocked the request, as the last query
+// made while it waited showed it: here a lock whose release was not
+// confirmed, still held by its live session (docs/chaos.md, finding 6).
+func TestLivenessNamesTheBlocker(t *testing.T) {
+	b := new(hb)
+	b.add(0, Op{Process: 1, Type: "invoke", F: "acquire", Hold: "1/1", Workload: wRW, Names: []string{"rw-0"}, Mode: "exclusive"})
+	b.add(10, Op{Process: 1, Type: "ok", F: "acquire", Hold: "1/1", Names: []string{"rw-0"}, Result: "granted", Token: 5, Session: 7})
+	b.add(20, Op{Process: 1, Type: "invoke", F: "release", Hold: "1/1", Names: []string{"rw-0"}})
+	b.add(40, Op{Process: 1, Type: "info", F: "release", Hold: "1/1", Names: []string{"rw-0"}, Error: "unavailable: deadline"})
+	b.add(50, Op{Process: nemesisProcess, Type: "event", F: "nemesis", Result: "heal"})
+	b.add(5000, Op{Process: 2, Type: "invoke", F: "acquire", Hold: "2/1", Workload: wRW, Names: []string{"rw-0"}})
+	b.query(9, 5500, 5510, QLock{Name: "rw-0", Mode: "exclusive", Session: 7, Request: 3, Token: 5, Label: "jepsen-p1"})
+	b.ops[len(b.ops)-1].Pending = []QLock{{Name: "rw-0", Mode: "shared", Session: 8, Request: 1, Label: "jepsen-p2"}}
+	b.add(6000, Op{Process: 2, Type: "fail", F: "acquire", Hold: "2/1", Names: []string{"rw-0"}, Result: "aborted", Error: "timeout"})
+	sortOps(b.ops)
+	wantInvalid(t, b.ops, cLive, "held: [rw-0 exclusive by session 7 (jepsen-p1) request 3 token 5, hold 1/1, release unconfirmed at")
+	wantInvalid(t, b.ops, cLive, "queued: [rw-0 shared by session 8 (jepsen-p2) request 1]")
 }
 
 func TestLostAck(t *testing.T) {
