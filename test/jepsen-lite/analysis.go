@@ -31,7 +31,7 @@ type hold struct {
 	relInvoke, relDone int64
 	relOK              bool
 	relErr             string // why a release's outcome is unknown
-	lostAt             int64 // when the holder learned its lock ended (0: never)
+	lostAt             int64  // when the holder learned its lock ended (0: never)
 	lostKind           string
 	lostWhy            string
 	timeout            int64 // the request's deadline, ns
