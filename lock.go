@@ -172,6 +172,11 @@ func (c *lockCtx) Value(key any) any {
 // sending the release in the background, with the same request id, until
 // the cluster answers it or the session ends. A lock its holder let go of
 // is never left held by a session that lives on.
+//
+// Releasing a lock that was already lost returns nil. If the release finds
+// that the lock was stolen before the theft's news reached this client, its
+// context is cancelled with ErrStolen, not ErrReleased (and Request returns
+// an error matching ErrStolen, as if the holder had heard in time).
 func (l *Lock) Release(ctx context.Context) error {
 	l.once.Do(func() {
 		l.s.mu.Lock()
@@ -181,10 +186,12 @@ func (l *Lock) Release(ctx context.Context) error {
 			l.s.forget(l.r)
 			return
 		}
+		var answered pb.Status
 		release := func(ctx context.Context, lc pb.LocksClient) error {
 			resp, err := lc.Release(ctx, &pb.ReleaseRequest{Namespace: l.s.c.cfg.namespace, SessionId: l.s.id, RequestId: l.r.id, Token: l.token, AckBelow: l.s.ackBelow(), SessionSecret: l.s.secret})
 			if err == nil {
 				l.s.c.seen(resp.Index)
+				answered = resp.Status
 			}
 			return err
 		}
@@ -217,10 +224,17 @@ func (l *Lock) Release(ctx context.Context) error {
 			l.relErr = err
 			return
 		}
+		cause := ErrReleased
+		if answered == pb.Status_STATUS_STOLEN {
+			// Stolen before the release reached the cluster, and before
+			// the theft's event reached this client: the lock ended with
+			// the theft, and its holder hears of it now.
+			cause = ErrStolen
+		}
 		l.s.mu.Lock()
-		l.lost = ErrReleased
+		l.lost = cause
 		l.s.mu.Unlock()
-		l.cancel(ErrReleased)
+		l.cancel(cause)
 		l.s.forget(l.r)
 	})
 	return l.relErr

@@ -184,3 +184,34 @@ func TestFailedRequestGrantIsReleased(t *testing.T) {
 		t.Fatalf("the same client's ifAvailable acquire afterwards: %v", err)
 	}
 }
+
+// A lock stolen while its holder's stream delivers nothing (the theft's
+// event has not reached the client): the holder's release finds it
+// stolen, and Request returns ErrStolen, as it does when the holder heard
+// in time. Before, the release's STOLEN answer was ignored and Request
+// returned nil: the holder believed it had held the lock to the end.
+func TestReleaseFindsLockStolen(t *testing.T) {
+	c := shared(t)
+	tp := &streamTap{}
+	holder := dial(t, c, lockcluster.WithTTL(time.Minute), lockcluster.WithUnaryWrites(),
+		lockcluster.WithDialOptions(grpc.WithStreamInterceptor(tp.intercept)))
+	thief := dial(t, c)
+	var held *lockcluster.Lock
+	err := holder.Request(ctxT(t), "stolen-unheard", lockcluster.Options{}, func(ctx context.Context, l *lockcluster.Lock) error {
+		held = l
+		tp.frozen.Store(true) // the theft's event never arrives
+		if _, err := thief.Acquire(ctxT(t), "stolen-unheard", lockcluster.Options{Steal: true}); err != nil {
+			t.Errorf("steal: %v", err)
+		}
+		if ctx.Err() != nil {
+			t.Errorf("the holder heard of the theft despite the frozen stream: %v", context.Cause(ctx))
+		}
+		return nil
+	})
+	if !errors.Is(err, lockcluster.ErrStolen) || !errors.Is(err, lockcluster.ErrAborted) {
+		t.Fatalf("Request whose lock was stolen unheard: %v, want an error matching ErrStolen and ErrAborted", err)
+	}
+	if !errors.Is(held.Err(), lockcluster.ErrStolen) {
+		t.Fatalf("the lock's cause: %v, want ErrStolen", held.Err())
+	}
+}

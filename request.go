@@ -49,6 +49,9 @@ func (c *Client) Request(ctx context.Context, name string, opts Options, fn func
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
 		rerr := l.Release(rctx)
+		if lost == nil {
+			lost = l.lostCause() // stolen, as the release found out
+		}
 		if p := recover(); p != nil {
 			panic(p)
 		}
