@@ -57,7 +57,7 @@ func heartbeat(r *rig, t *testing.T, id uint64) <-chan answer {
 
 func renew(r *rig, ids ...uint64) <-chan answer {
 	ch := make(chan answer, 1)
-	go func() { unknown, err := r.l.Renew(ids...); ch <- answer{unknown: unknown, err: err} }()
+	go func() { unknown, err := r.l.Renew(context.Background(), ids...); ch <- answer{unknown: unknown, err: err} }()
 	return ch
 }
 
@@ -150,7 +150,7 @@ func TestFailedConfirmationAcksNothing(t *testing.T) {
 		if known, err := r.l.Heartbeat(t.Context(), 1); !errors.Is(err, ErrNotLeading) || known {
 			t.Fatalf("heartbeat: known=%v err=%v, want ErrNotLeading", known, err)
 		}
-		if unknown, err := r.l.Renew(1, 9); !errors.Is(err, ErrNotLeading) || unknown != nil {
+		if unknown, err := r.l.Renew(context.Background(), 1, 9); !errors.Is(err, ErrNotLeading) || unknown != nil {
 			t.Fatalf("renew: unknown=%v err=%v, want ErrNotLeading", unknown, err)
 		}
 		rep.failConfirm(nil)
@@ -160,11 +160,21 @@ func TestFailedConfirmationAcksNothing(t *testing.T) {
 
 		rep.hold() // never released
 		begin := time.Now()
-		if _, err := r.l.Renew(1); !errors.Is(err, ErrNotLeading) {
+		if _, err := r.l.Renew(context.Background(), 1); !errors.Is(err, ErrNotLeading) {
 			t.Fatalf("renew with a confirmation that never answers: %v", err)
 		}
 		if waited := time.Since(begin); waited > forwardTimeout {
 			t.Fatalf("renew waited %s for a confirmation, more than the follower's %s", waited, forwardTimeout)
+		}
+		// A forwarded call the follower gave up on is not waited for.
+		ctx, cancel := context.WithTimeout(context.Background(), forwardTimeout/10)
+		defer cancel()
+		begin = time.Now()
+		if _, err := r.l.Renew(ctx, 1); !errors.Is(err, ErrNotLeading) {
+			t.Fatalf("renew whose call ends first: %v", err)
+		}
+		if waited := time.Since(begin); waited != forwardTimeout/10 {
+			t.Fatalf("renew waited %s after its call's context ended at %s", waited, forwardTimeout/10)
 		}
 	})
 }
@@ -203,7 +213,7 @@ func TestConfirmationsAreShared(t *testing.T) {
 			wg.Go(func() {
 				var a answer
 				if i%10 == 0 {
-					a.unknown, a.err = r.l.Renew(uint64(i), uint64(i-1))
+					a.unknown, a.err = r.l.Renew(context.Background(), uint64(i), uint64(i-1))
 					a.known = len(a.unknown) == 0
 				} else {
 					a.known, a.err = r.l.Heartbeat(t.Context(), uint64(i))

@@ -235,13 +235,14 @@ func (l *Liveness) HeartbeatAsync(id uint64, done func(known bool, err error)) {
 // renewal has succeeded, returns those it does not know. It returns
 // ErrNotLeading when this node does not hold the deadlines (a follower, or
 // a leader still re-arming) or its leadership was not confirmed within the
-// follower's own bound on the call.
-func (l *Liveness) Renew(ids ...uint64) (unknown []uint64, err error) {
+// follower's own bound on the call, or before ctx (the forwarded call's)
+// ended: a follower that gave up on the call is not waited for.
+func (l *Liveness) Renew(ctx context.Context, ids ...uint64) (unknown []uint64, err error) {
 	unknown, epoch, st := l.t.touch(ids...)
 	if st != leading {
 		return nil, ErrNotLeading
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), forwardTimeout)
+	ctx, cancel := context.WithTimeout(ctx, forwardTimeout)
 	defer cancel()
 	if err := l.confirmed(ctx, epoch); err != nil {
 		if !errors.Is(err, ErrNotLeading) {

@@ -198,7 +198,7 @@ func TestFollowerWithoutLeaderSaysNotLeading(t *testing.T) {
 		if !errors.Is(err, ErrNotLeading) || known {
 			t.Fatalf("known=%v err=%v, want ErrNotLeading", known, err)
 		}
-		if _, err := r.l.Renew(1); !errors.Is(err, ErrNotLeading) {
+		if _, err := r.l.Renew(context.Background(), 1); !errors.Is(err, ErrNotLeading) {
 			t.Fatalf("a follower renewed a forwarded batch: %v", err)
 		}
 	})
@@ -218,7 +218,7 @@ func TestLeaderRenewsAndReportsUnknown(t *testing.T) {
 		if known, err := r.l.Heartbeat(t.Context(), 9); known || err != nil {
 			t.Fatalf("session 9 never opened: known=%v err=%v", known, err)
 		}
-		if unknown, err := r.l.Renew(2, 9, 1); err != nil || !slices.Equal(unknown, []uint64{9}) {
+		if unknown, err := r.l.Renew(context.Background(), 2, 9, 1); err != nil || !slices.Equal(unknown, []uint64{9}) {
 			t.Fatalf("renew: unknown=%v err=%v, want [9]", unknown, err)
 		}
 		if calls := r.fwd.batches(); len(calls) != 0 {
@@ -239,7 +239,7 @@ func TestLeadRearmsOnlyAfterTheBarrier(t *testing.T) {
 		if known, err := r.l.Heartbeat(t.Context(), 1); !errors.Is(err, ErrNotLeading) {
 			t.Fatalf("heartbeat before the re-arm: known=%v err=%v, want ErrNotLeading", known, err)
 		}
-		if _, err := r.l.Renew(1); !errors.Is(err, ErrNotLeading) {
+		if _, err := r.l.Renew(context.Background(), 1); !errors.Is(err, ErrNotLeading) {
 			t.Fatalf("renew before the re-arm: %v", err)
 		}
 		if barriers, reads := r.rep.counts(); barriers != 1 || reads != 0 {
@@ -306,7 +306,7 @@ func TestTermEndingDuringTheBarrierArmsNothing(t *testing.T) {
 		if err := <-done; err == nil {
 			t.Fatal("Lead armed after a Follow")
 		}
-		if _, err := r.l.Renew(1); !errors.Is(err, ErrNotLeading) {
+		if _, err := r.l.Renew(context.Background(), 1); !errors.Is(err, ErrNotLeading) {
 			t.Fatalf("renewed after the term ended: %v", err)
 		}
 
@@ -348,7 +348,7 @@ func TestSessionsChangingDuringTheRearm(t *testing.T) {
 		if err := <-done; err != nil {
 			t.Fatal(err)
 		}
-		if unknown, err := r.l.Renew(2, 3, 5); err != nil || !slices.Equal(unknown, []uint64{2}) {
+		if unknown, err := r.l.Renew(context.Background(), 2, 3, 5); err != nil || !slices.Equal(unknown, []uint64{2}) {
 			t.Fatalf("after the re-arm: unknown=%v err=%v, want [2]", unknown, err)
 		}
 	})

@@ -162,7 +162,7 @@ func (s *Server) Leave(ctx context.Context, req *pb.LeaveRequest) (*pb.LeaveResp
 // follower (session liveness's Renew). Only the leader answers, once it
 // has re-armed.
 func (s *Server) Touch(ctx context.Context, req *pb.TouchRequest) (*pb.TouchResponse, error) {
-	unknown, err := s.live.Renew(req.SessionIds...)
+	unknown, err := s.live.Renew(ctx, req.SessionIds...)
 	if err != nil {
 		return nil, toStatus(s.notLeader())
 	}
