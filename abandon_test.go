@@ -27,11 +27,7 @@ func TestAbandonedImmediateGrantIsReleased(t *testing.T) {
 	lossy := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoke grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 		switch {
 		case strings.HasSuffix(method, "/Request"):
-			if err := invoke(ctx, method, req, reply, cc, opts...); err != nil {
-				return err
-			}
-			<-ctx.Done() // applied, but the reply never comes
-			return status.FromContextError(ctx.Err()).Err()
+			return loseReply(ctx, method, req, reply, cc, invoke, opts...)
 		case strings.HasSuffix(method, "/Abort") && abortsLost.Load():
 			return status.Error(codes.Unavailable, "test: the abort is lost")
 		}
@@ -39,15 +35,7 @@ func TestAbandonedImmediateGrantIsReleased(t *testing.T) {
 	}
 	cl := dial(t, c, lockcluster.WithDialOptions(grpc.WithUnaryInterceptor(lossy)), lockcluster.WithUnaryWrites())
 	observer := dial(t, c)
-	held := func() int {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		q, err := observer.Query(ctx)
-		if err != nil {
-			return -1
-		}
-		return len(heldOf(q, "abandoned"))
-	}
+	held := func() int { return heldBy(observer, "abandoned") }
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second) // ample for the Request to be applied
 	defer cancel()

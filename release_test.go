@@ -33,6 +33,16 @@ func (f *failing) intercept(ctx context.Context, method string, req, reply any, 
 	return invoke(ctx, method, req, reply, cc, opts...)
 }
 
+// loseReply sends a call and loses its reply: the cluster applies it, and
+// the caller hears nothing until its context ends.
+func loseReply(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoke grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	if err := invoke(ctx, method, req, reply, cc, opts...); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	return status.FromContextError(ctx.Err()).Err()
+}
+
 // heldBy counts the locks on name that a query of observer shows.
 func heldBy(observer *lockcluster.Client, name string) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -131,11 +141,7 @@ func TestAbandonedGrantReleasedAfterNodeErrors(t *testing.T) {
 	f := &failing{method: "Abort", code: codes.DeadlineExceeded}
 	lostReply := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoke grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 		if strings.HasSuffix(method, "/Request") {
-			if err := invoke(ctx, method, req, reply, cc, opts...); err != nil {
-				return err
-			}
-			<-ctx.Done() // applied, but the reply never comes
-			return status.FromContextError(ctx.Err()).Err()
+			return loseReply(ctx, method, req, reply, cc, invoke, opts...)
 		}
 		return f.intercept(ctx, method, req, reply, cc, invoke, opts...)
 	}

@@ -57,7 +57,10 @@ func heartbeat(r *rig, t *testing.T, id uint64) <-chan answer {
 
 func renew(r *rig, ids ...uint64) <-chan answer {
 	ch := make(chan answer, 1)
-	go func() { unknown, err := r.l.Renew(context.Background(), ids...); ch <- answer{unknown: unknown, err: err} }()
+	go func() {
+		unknown, err := r.l.Renew(context.Background(), ids...)
+		ch <- answer{unknown: unknown, err: err}
+	}()
 	return ch
 }
 
