@@ -1,13 +1,11 @@
 package node_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,25 +19,8 @@ import (
 	pb "github.com/lockcluster/lockcluster/api/lockclusterv1"
 	"github.com/lockcluster/lockcluster/api/node"
 	"github.com/lockcluster/lockcluster/api/node/nodetest"
+	"github.com/lockcluster/lockcluster/internal/testutil"
 )
-
-// syncBuffer is a log destination the test reads while nodes write.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // The audit log has one line for a steal, for a release, an abort and a
 // session close made with an admin credential, and for each refused
@@ -52,7 +33,7 @@ func TestAuditLog(t *testing.T) {
 		user  = "user-token-0123456789abcdef"
 		wrong = "wrong-token-0123456789abcdef"
 	)
-	logs := &syncBuffer{}
+	logs := &testutil.Buffer{}
 	c := nodetest.Start(t, 1, nodetest.Options{Quiet: true, Node: func(cfg *node.Config) {
 		cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: "lockcluster", Output: logs, Level: hclog.Info, JSONFormat: true})
 		cfg.Auth = auth.Config{AdminTokens: []string{admin}, Namespaces: map[string]auth.Namespace{"ns": {Tokens: []string{user}}}}
@@ -202,7 +183,7 @@ func TestAuditLogForwardedOnce(t *testing.T) {
 		admin = "admin-token-0123456789abcdef"
 		user  = "user-token-0123456789abcdef"
 	)
-	logs := &syncBuffer{}
+	logs := &testutil.Buffer{}
 	c := nodetest.Start(t, 3, nodetest.Options{Quiet: true, Node: func(cfg *node.Config) {
 		cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: "lockcluster", Output: logs, Level: hclog.Info, JSONFormat: true})
 		cfg.Auth = auth.Config{AdminTokens: []string{admin}, Namespaces: map[string]auth.Namespace{"ns": {Tokens: []string{user}}}}

@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	pb "github.com/lockcluster/lockcluster/api/lockclusterv1"
 	"github.com/lockcluster/lockcluster/fsm"
+	"github.com/lockcluster/lockcluster/internal/testutil"
 )
 
 // Calls on the session stream (streamcall.go), on the fake cluster.
@@ -155,28 +156,10 @@ func TestConcurrentStreamCalls(t *testing.T) {
 	}
 }
 
-// lockedBuffer is a log output several nodes write to.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // A steal on a stream is audited as a unary one: once, by the node that
 // took the call, although the leader applied it.
 func TestStealOnAStreamIsAudited(t *testing.T) {
-	var logs lockedBuffer
+	var logs testutil.Buffer
 	fc := newFakeCluster(t, 3, fakeOptions{configure: func(c *Config) {
 		c.Logger = hclog.New(&hclog.LoggerOptions{Name: c.Self.ID, Output: &logs, Level: hclog.Info})
 	}})

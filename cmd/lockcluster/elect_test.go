@@ -7,6 +7,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/lockcluster/lockcluster/internal/testutil"
 )
 
 func TestElectAndObserve(t *testing.T) {
@@ -14,7 +16,7 @@ func TestElectAndObserve(t *testing.T) {
 	c := dialT(t, pc.addrs())
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cli := func(args ...string) (*exec.Cmd, *syncBuffer, *syncBuffer) {
+	cli := func(args ...string) (*exec.Cmd, *testutil.Buffer, *testutil.Buffer) {
 		cmd, out, errb := lockCmd(pc, args...)
 		cmd.Args = append([]string{pc.bin}, args...) // not 'lock'
 		if err := cmd.Start(); err != nil {

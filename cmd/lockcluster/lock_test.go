@@ -1,42 +1,28 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"os"
 	"os/exec"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/lockcluster/lockcluster"
+	"github.com/lockcluster/lockcluster/internal/testutil"
 )
 
-// syncBuffer is a bytes.Buffer safe for a child's output and a test's reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
-
-func lockCmd(pc *procCluster, args ...string) (*exec.Cmd, *syncBuffer, *syncBuffer) {
+func lockCmd(pc *procCluster, args ...string) (*exec.Cmd, *testutil.Buffer, *testutil.Buffer) {
 	return lockCmdAt(pc.bin, pc.addrs(), args...)
 }
 
 // lockCmdAt is 'bin lock args...' with LOCKCLUSTER_ADDR set to addrs.
-func lockCmdAt(bin string, addrs []string, args ...string) (*exec.Cmd, *syncBuffer, *syncBuffer) {
+func lockCmdAt(bin string, addrs []string, args ...string) (*exec.Cmd, *testutil.Buffer, *testutil.Buffer) {
 	cmd := exec.Command(bin, append([]string{"lock"}, args...)...)
 	cmd.Env = append(os.Environ(), "LOCKCLUSTER_ADDR="+strings.Join(addrs, ","))
-	var out, errb syncBuffer
+	var out, errb testutil.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	return cmd, &out, &errb
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/lockcluster/lockcluster"
+	"github.com/lockcluster/lockcluster/internal/testutil"
 )
 
 // These tests run 'lockcluster lock' as a process, with a command that
@@ -47,7 +48,7 @@ func backgrounded(sleep int) []string {
 }
 
 // startLock starts 'lockcluster lock args...'; done receives its Wait.
-func startLock(t *testing.T, pc *procCluster, args ...string) (done chan error, pid int, out, errb *syncBuffer) {
+func startLock(t *testing.T, pc *procCluster, args ...string) (done chan error, pid int, out, errb *testutil.Buffer) {
 	t.Helper()
 	cmd, out, errb := lockCmd(pc, args...)
 	if err := cmd.Start(); err != nil {
@@ -59,7 +60,7 @@ func startLock(t *testing.T, pc *procCluster, args ...string) (done chan error, 
 	return done, cmd.Process.Pid, out, errb
 }
 
-func waitExit(t *testing.T, done chan error, errb *syncBuffer) int {
+func waitExit(t *testing.T, done chan error, errb *testutil.Buffer) int {
 	t.Helper()
 	select {
 	case err := <-done:
@@ -81,7 +82,7 @@ func TestLockProcessGroup(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	pids := func(out *syncBuffer) (sh, child int) {
+	pids := func(out *testutil.Buffer) (sh, child int) {
 		t.Helper()
 		waitFor(t, 15*time.Second, "the command to start", func() bool {
 			sh, child = pidIn(out.String(), "sh"), pidIn(out.String(), "child")
