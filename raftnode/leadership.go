@@ -27,6 +27,7 @@ func (n *Node) watchLeadership(notify <-chan bool) {
 		case leader := <-notify:
 			n.logger.Info("leadership changed", "leader", leader, "term", n.raft.CurrentTerm())
 			n.leadership.set(leader)
+			n.peers.reset()
 			if leader {
 				n.wg.Add(1)
 				go n.primeReadBarrier()

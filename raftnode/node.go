@@ -36,6 +36,7 @@ type Node struct {
 	clamp     *clampTransport // transport as raft sees it (clamp.go)
 
 	leadership *broadcaster
+	peers      peerWatch      // the leader's heartbeat reports (peers.go)
 	wg         sync.WaitGroup // background goroutines of this package
 
 	barrierSem  chan struct{} // single-flights the per-term barrier
@@ -144,9 +145,10 @@ func (n *Node) open(fsm raft.FSM) error {
 	if err != nil {
 		return fmt.Errorf("raftnode: start raft: %w", err)
 	}
-	n.wg.Add(2)
+	n.wg.Add(3)
 	go n.watchLeadership(notify)
 	go n.runCheckpoints()
+	go n.watchPeers()
 
 	n.logger.Info("raft node started", "id", cfg.ID, "addr", n.transport.LocalAddr(),
 		"existing_state", hasState, "last_index", n.raft.LastIndex())

@@ -9,14 +9,18 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	pb "github.com/lockcluster/lockcluster/api/lockclusterv1"
+	"github.com/lockcluster/lockcluster/raftnode"
 )
 
 // The leader probes every member's API (a Status call with a deadline of
 // a second, or of the interval if longer) and remembers what it saw, so that Members, status and the
 // status page can say "unreachable for 12s, 40 entries behind" instead of
 // listing a dead node as a healthy follower. hashicorp/raft does not
-// expose what the leader knows of its followers; Consul's autopilot asks
-// every server for its stats the same way.
+// expose what the leader knows of its followers (their applied index,
+// their version); Consul's autopilot asks every server for its stats the
+// same way. It does report failed heartbeats, with the follower's last
+// contact (raftnode.PeerContact): that is what a member without an API
+// address to probe is judged by.
 
 // defaultProbeInterval is how often the leader probes each member.
 const defaultProbeInterval = time.Second
@@ -115,11 +119,33 @@ func (s *Server) describe(m *pb.Member) {
 	seen, ok := s.probes.seen[m.Id]
 	s.probes.mu.Unlock()
 	if !ok {
-		return // not probed yet in this term: unknown, not unreachable
+		// Not probed in this term: its first probe is under way, or it has
+		// no API address to probe (it died before it recorded one). Then
+		// raft's heartbeats may still tell that it is unreachable, and
+		// since when; otherwise it is unknown, not unreachable.
+		if pc, ok := s.peerContact(m.Id); ok && pc.Failing {
+			m.Probed, m.Reachable = true, false
+			if !pc.LastContact.IsZero() {
+				m.SinceContact = durationpb.New(time.Since(pc.LastContact)) // raft's clock, not cfg.Now
+			}
+		}
+		return
 	}
 	m.Probed, m.Reachable, m.AppliedIndex, m.Version = true, seen.reachable, seen.applied, seen.version
 	m.Lag = seen.commit - min(seen.applied, seen.commit)
 	if !seen.contact.IsZero() {
 		m.SinceContact = durationpb.New(s.cfg.Now().Sub(seen.contact))
 	}
+}
+
+// peerContact is what raft's heartbeats say of member id, when the replica
+// keeps that (raftnode.Node does; test fakes need not).
+func (s *Server) peerContact(id string) (raftnode.PeerContact, bool) {
+	pc, ok := s.replica().(interface {
+		PeerContact(id string) (raftnode.PeerContact, bool)
+	})
+	if !ok {
+		return raftnode.PeerContact{}, false
+	}
+	return pc.PeerContact(id)
 }

@@ -88,10 +88,11 @@ func TestClusterCommands(t *testing.T) {
 	})
 
 	t.Run("leave removes a dead member", func(t *testing.T) {
-		// Every member first records its API address and is probed: a
-		// member killed before it recorded itself has no address to probe
-		// and shows "unknown", not "unreachable" (the subtests above can
-		// take under a second).
+		// Every member first records its API address and is probed, so
+		// that what members says of the killed one comes from its API's
+		// probe (the subtests above can take under a second; a member
+		// killed before it recorded itself is judged by raft's heartbeats
+		// instead: api/node's TestMemberWithoutAPIAddressShowsUnreachable).
 		waitFor(t, 30*time.Second, "every member probed ok", func() bool {
 			out, _ := run(t, pc, "members")
 			probed := 0
