@@ -8,6 +8,7 @@ import (
 	"os/signal"
 	"runtime/pprof"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -66,7 +67,9 @@ directory). Workloads:
 
 It reports acquire+release pairs per second and the p50/p90/p99/p99.9 of the
 acquire latency and of the hand-off (release started → next holder told), and
-with --local each node's CPU and RSS. Progress goes to stderr once a second;
+with --local each node's CPU and RSS, and whether the nodes' running hashes of
+the entries they applied are equal at the end (exit 1 if they differ).
+Progress goes to stderr once a second;
 -o json writes the result as JSON. Every run stops by itself after --duration
 (plus --warmup) or --max-ops pairs.`,
 		Args: cobra.NoArgs,
@@ -223,11 +226,36 @@ func runBench(g *globals, f *benchFlags, command string) error {
 			res.RaftTimers = loadgen.RaftTimers(ctx, cluster.Nodes[i].HTTP)
 		}
 	}
+	var diverged error
+	if cluster != nil {
+		res.AppliedHashes, diverged = compareReplicas(ctx, cluster)
+	}
 	res.LoadAvg, res.Command = []float64{load, loadgen.LoadAvg()}, command
 	if g.output == "json" {
-		return printJSON(os.Stdout, res)
+		err = printJSON(os.Stdout, res)
+	} else {
+		err = res.WriteTable(os.Stdout)
 	}
-	return res.WriteTable(os.Stdout)
+	if diverged != nil {
+		return diverged
+	}
+	return err
+}
+
+// compareReplicas compares the local nodes' running hashes of the entries
+// they applied, once they have caught up (up to 30 s): the benchmark's
+// writes are checked for divergence like the chaos harness's. The error
+// is set when the hashes differ, and the run then exits non-zero.
+func compareReplicas(ctx context.Context, c *proccluster.Cluster) (string, error) {
+	h := proccluster.CompareAppliedHashes(ctx, c.RunningHTTP(), "", 30*time.Second, 100*time.Millisecond)
+	switch {
+	case h.Differ():
+		return "DIFFER at index " + strconv.FormatUint(h.At, 10) + ": " + h.Hashes(", "),
+			&exitError{code: exitFailure, msg: fmt.Sprintf("the replicas diverged: applied hashes at index %d: %s", h.At, h.Hashes(", "))}
+	case h.At == 0:
+		return "not compared (no node reported its hash)", nil
+	}
+	return fmt.Sprintf("equal at index %d (%s)", h.At, h.Hashes(", ")), nil
 }
 
 // heldConfig is the held workload's configuration, with workers acquires

@@ -51,6 +51,10 @@ func TestBenchLocalWritesJSON(t *testing.T) {
 	if len(r.Processes) != 4 || len(r.LoadAvg) != 2 {
 		t.Errorf("processes %+v, load %v", r.Processes, r.LoadAvg)
 	}
+	// The replicas are compared at the end, by their applied hashes.
+	if !strings.HasPrefix(r.AppliedHashes, "equal at index ") || strings.Count(r.AppliedHashes, "node") != 3 {
+		t.Errorf("applied hashes: %q, want equal on the three nodes", r.AppliedHashes)
+	}
 	if !bytes.Contains(stderr.Bytes(), []byte("measuring")) {
 		t.Errorf("no progress on stderr:\n%s", stderr.String())
 	}

@@ -49,6 +49,11 @@ type Result struct {
 	// RaftTimers are the leader's raft timers (p50, p99 in ms) at the end
 	// of the run, when its /metrics has them (see RaftTimers).
 	RaftTimers map[string][2]float64 `json:"raft_timers_ms,omitempty"`
+	// AppliedHashes, with --local, is how the nodes' running hashes of the
+	// entries they applied compared at the end: "equal at index N", or
+	// what differed. A benchmark is a long run of writes: it checks the
+	// replicas too.
+	AppliedHashes string `json:"applied_hashes,omitempty"`
 
 	// Filled by the caller when it knows them.
 	Processes []ProcUsage `json:"processes,omitempty"`
@@ -133,6 +138,9 @@ func (r *Result) WriteTable(w io.Writer) error {
 		for _, p := range r.Processes {
 			fmt.Fprintf(tw, "  %s\t%d\t%.2f\t%.0f\n", p.Name, p.PID, p.Cores, p.RSSMiB)
 		}
+	}
+	if r.AppliedHashes != "" {
+		fmt.Fprintf(tw, "applied hashes\t%s\n", r.AppliedHashes)
 	}
 	if len(r.LoadAvg) == 2 {
 		fmt.Fprintf(tw, "load average (1 min)\tbefore %.2f\tafter %.2f\n", r.LoadAvg[0], r.LoadAvg[1])
