@@ -360,9 +360,8 @@ func (s *session) apply(r *request, st pb.Status, token uint64, at time.Time, ca
 }
 
 // releaseAbandoned releases a lock granted to a request its caller gave up
-// on (its abort could not be delivered).
-// It is sent until the cluster answers it or the session ends
-// (persist.go).
+// on (its abort could not be delivered), sending the release until the
+// cluster answers it or the session ends (persist.go).
 func (s *session) releaseAbandoned(r *request, token uint64) {
 	err := s.persist(func(ctx context.Context, lc pb.LocksClient) error {
 		_, err := lc.Release(ctx, &pb.ReleaseRequest{Namespace: s.c.cfg.namespace, SessionId: s.id, RequestId: r.id, Token: token, SessionSecret: s.secret})
