@@ -293,3 +293,18 @@ func propose(t testing.TB, n *Node, values ...string) {
 		}
 	}
 }
+
+// soloNode starts a one-node cluster around fsm, shut down when the test
+// ends (after the test's own later cleanups, which run first).
+func soloNode(t *testing.T, fsm raft.FSM) *Node {
+	t.Helper()
+	n, err := New(Config{
+		ID: "solo", DataDir: t.TempDir(), BindAddr: "127.0.0.1:0",
+		Bootstrap: []Peer{{ID: "solo"}}, Logger: testLogger(t, "solo"),
+	}, fsm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = n.Shutdown(context.Background()) })
+	return n
+}

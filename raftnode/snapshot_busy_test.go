@@ -32,14 +32,7 @@ func (f *busyFSM) Snapshot() (raft.FSMSnapshot, error) {
 func TestSnapshotRetriesBusyFSM(t *testing.T) {
 	t.Parallel()
 	fsm := &busyFSM{listFSM: &listFSM{}}
-	n, err := New(Config{
-		ID: "solo", DataDir: t.TempDir(), BindAddr: "127.0.0.1:0",
-		Bootstrap: []Peer{{ID: "solo"}}, Logger: testLogger(t, "solo"),
-	}, fsm)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = n.Shutdown(context.Background()) })
+	n := soloNode(t, fsm)
 	waitFor(t, 10*time.Second, "leadership", n.IsLeader)
 	propose(t, n, "a")
 	applied := n.AppliedIndex()

@@ -85,14 +85,7 @@ func (f gatedFSM) Apply(l *raft.Log) any {
 func TestReadBarrierWaitsForFSM(t *testing.T) {
 	t.Parallel()
 	fsm := gatedFSM{listFSM: &listFSM{}, entered: make(chan struct{}), gate: make(chan struct{})}
-	n, err := New(Config{
-		ID: "solo", DataDir: t.TempDir(), BindAddr: "127.0.0.1:0",
-		Bootstrap: []Peer{{ID: "solo"}}, Logger: testLogger(t, "solo"),
-	}, fsm)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = n.Shutdown(context.Background()) })
+	n := soloNode(t, fsm)
 	var open sync.Once
 	release := func() { open.Do(func() { close(fsm.gate) }) }
 	t.Cleanup(release) // runs before Shutdown, which waits for the FSM goroutine
