@@ -8,7 +8,6 @@ import (
 	"os/signal"
 	"runtime/pprof"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -250,8 +249,8 @@ func compareReplicas(ctx context.Context, c *proccluster.Cluster) (string, error
 	h := proccluster.CompareAppliedHashes(ctx, c.RunningHTTP(), "", 30*time.Second, 100*time.Millisecond)
 	switch {
 	case h.Differ():
-		return "DIFFER at index " + strconv.FormatUint(h.At, 10) + ": " + h.Hashes(", "),
-			&exitError{code: exitFailure, msg: fmt.Sprintf("the replicas diverged: applied hashes at index %d: %s", h.At, h.Hashes(", "))}
+		what := fmt.Sprintf("DIFFER at index %d: %s", h.At, h.Hashes(", "))
+		return what, &exitError{code: exitFailure, msg: "the replicas diverged: applied hashes " + what}
 	case h.At == 0:
 		return "not compared (no node reported its hash)", nil
 	}
