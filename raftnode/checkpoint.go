@@ -114,26 +114,16 @@ func (e *divergedError) Is(target error) bool { return target == ErrDiverged }
 // Diverged returns nil while this replica agrees with every checkpoint it
 // applied, and the *divergedError (errors.Is ErrDiverged) once it found a
 // mismatch, now or before a restart.
-func (n *Node) Diverged() error {
-	if d := n.diverged.Load(); d != nil {
-		return d
-	}
-	return nil
-}
+func (n *Node) Diverged() error { return n.fences.get(fenceDiverged) }
 
-func (n *Node) fenced() bool { return n.diverged.Load() != nil }
-
-// Fenced returns a context that is done once this replica fenced itself
-// (its cause is the *divergedError); it is never done otherwise.
-func (n *Node) Fenced() context.Context { return n.fencedCtx }
+func (n *Node) isDiverged() bool { return n.Diverged() != nil }
 
 // fence records d as the divergence, once; it reports whether d was the first.
 func (n *Node) fence(d *divergedError) bool {
-	if !n.diverged.CompareAndSwap(nil, d) {
+	if n.isDiverged() {
 		return false
 	}
-	n.fenceCancel(d)
-	return true
+	return n.fences.set(fenceDiverged, d)
 }
 
 // AppliedHash returns the running hash of every applied entry: the last
@@ -216,7 +206,7 @@ func (n *Node) runCheckpoints() {
 		case <-n.stopped:
 			return
 		}
-		if !isLeader || n.fenced() {
+		if !isLeader || n.isDiverged() {
 			continue
 		}
 		index, hash, known := n.fsm.Chain()

@@ -29,9 +29,11 @@ import (
 // unchanged: the follower learns the commit index as soon as a request
 // proves its log up to it.
 //
-// The wrapper also fences a diverged replica: while fenced() is true it
-// refuses to send RequestVote and RequestPreVote, so the node can never
-// win an election (it still votes for others and follows the leader).
+// The wrapper also applies the node's fences (fence.go): while the node
+// may not campaign (diverged, damaged, disk failing) it refuses to send
+// RequestVote and RequestPreVote, so it can never win an election; while
+// it may not vote (damaged) it answers every vote and pre-vote request
+// with a refusal itself, before raft sees it. It still follows the leader.
 //
 // Requests reach raft in two ways, and both are clamped: the consumer
 // channel, relayed by a goroutine, and the heartbeat fast path (raft's
@@ -41,11 +43,12 @@ type clampTransport struct {
 	raft.Transport
 	out    chan raft.RPC
 	done   chan struct{}
-	fenced func() bool // nil: never
-	off    bool        // relay without clamping (tests that show raft alone)
+	fences votePolicy // nil: campaigns and votes freely
+	off    bool       // relay without clamping (tests that show raft alone)
 
-	closeOnce sync.Once
-	clamped   atomic.Uint64 // requests whose commit index was lowered
+	closeOnce    sync.Once
+	clamped      atomic.Uint64 // requests whose commit index was lowered
+	votesRefused atomic.Uint64 // vote requests refused while the node may not vote
 }
 
 // The optional interfaces raft looks for on its transport: without
@@ -56,14 +59,21 @@ var (
 	_ raft.WithClose   = (*clampTransport)(nil)
 )
 
-// newClampTransport starts relaying inner's consumer channel. fenced, if
-// not nil, is consulted before every vote request this node sends.
-func newClampTransport(inner raft.Transport, fenced func() bool) *clampTransport {
+// votePolicy says whether this node may ask for votes and grant them.
+type votePolicy interface {
+	mayCampaign() bool
+	mayVote() bool
+}
+
+// newClampTransport starts relaying inner's consumer channel. fences, if
+// not nil, is consulted before every vote request this node sends and
+// every one it receives.
+func newClampTransport(inner raft.Transport, fences votePolicy) *clampTransport {
 	t := &clampTransport{
 		Transport: inner,
 		out:       make(chan raft.RPC),
 		done:      make(chan struct{}),
-		fenced:    fenced,
+		fences:    fences,
 		off:       !workarounds.clampCommit,
 	}
 	go t.relay(inner.Consumer())
@@ -97,6 +107,9 @@ func (t *clampTransport) relay(in <-chan raft.RPC) {
 	for {
 		select {
 		case rpc := <-in:
+			if t.refuseVote(rpc) {
+				continue
+			}
 			t.clamp(rpc)
 			select {
 			case t.out <- rpc:
@@ -124,17 +137,40 @@ func (t *clampTransport) SetHeartbeatHandler(cb func(rpc raft.RPC)) {
 	})
 }
 
+// refuseVote answers a vote or pre-vote request with a refusal while this
+// node may not vote, and reports whether it did. The answer carries the
+// candidate's own term, so that it neither deposes nor delays anyone: the
+// candidate just counts one vote fewer (raft.go, electSelf and
+// preElectSelf).
+func (t *clampTransport) refuseVote(rpc raft.RPC) bool {
+	if t.fences == nil || t.fences.mayVote() {
+		return false
+	}
+	switch req := rpc.Command.(type) {
+	case *raft.RequestVoteRequest:
+		rpc.Respond(&raft.RequestVoteResponse{RPCHeader: req.RPCHeader, Term: req.Term, Granted: false}, nil)
+	case *raft.RequestPreVoteRequest:
+		rpc.Respond(&raft.RequestPreVoteResponse{RPCHeader: req.RPCHeader, Term: req.Term, Granted: false}, nil)
+	default:
+		return false
+	}
+	t.votesRefused.Add(1)
+	return true
+}
+
 // errFenced is returned for vote requests of a fenced node.
 var errFenced = &fencedError{}
 
 type fencedError struct{}
 
 func (*fencedError) Error() string {
-	return "raftnode: this replica diverged from the cluster and does not stand for election"
+	return "raftnode: this replica is fenced (diverged, damaged or failing storage) and does not stand for election"
 }
 
+func (t *clampTransport) mayCampaign() bool { return t.fences == nil || t.fences.mayCampaign() }
+
 func (t *clampTransport) RequestVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestVoteRequest, resp *raft.RequestVoteResponse) error {
-	if t.fenced != nil && t.fenced() {
+	if !t.mayCampaign() {
 		return errFenced
 	}
 	return t.Transport.RequestVote(id, target, args, resp)
@@ -143,7 +179,7 @@ func (t *clampTransport) RequestVote(id raft.ServerID, target raft.ServerAddress
 // RequestPreVote forwards to the inner transport, which must support
 // pre-vote (NetworkTransport and InmemTransport do).
 func (t *clampTransport) RequestPreVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestPreVoteRequest, resp *raft.RequestPreVoteResponse) error {
-	if t.fenced != nil && t.fenced() {
+	if !t.mayCampaign() {
 		return errFenced
 	}
 	pv, ok := t.Transport.(raft.WithPreVote)

@@ -42,9 +42,7 @@ type Node struct {
 	barrierSem  chan struct{} // single-flights the per-term barrier
 	barrierTerm atomic.Uint64 // the latest term whose barrier has been applied
 
-	diverged      atomic.Pointer[divergedError] // set once, by a failed checkpoint (checkpoint.go)
-	fencedCtx     context.Context               // done when diverged is set
-	fenceCancel   context.CancelCauseFunc
+	fences        *fences       // what keeps this node from serving, campaigning, voting (fence.go)
 	checkpointsOK atomic.Uint64 // checkpoints this node verified
 
 	closing      chan struct{} // closed when Shutdown starts
@@ -74,7 +72,7 @@ func New(cfg Config, fsm raft.FSM) (*Node, error) {
 		closing:    make(chan struct{}),
 		stopped:    make(chan struct{}),
 	}
-	n.fencedCtx, n.fenceCancel = context.WithCancelCause(context.Background())
+	n.fences = newFences()
 	if err := n.open(fsm); err != nil {
 		if n.raft != nil {
 			n.stopRaft()
@@ -112,7 +110,7 @@ func (n *Node) open(fsm raft.FSM) error {
 	if err != nil {
 		return fmt.Errorf("raftnode: reading raft state: %w", err)
 	}
-	n.clamp = newClampTransport(n.transport, n.fenced)
+	n.clamp = newClampTransport(n.transport, n.fences)
 	// Bootstrap writes the first configuration into the stores before raft
 	// starts consuming RPCs. Bootstrapping after NewRaft (Raft.BootstrapCluster)
 	// lost a race: a peer that bootstrapped first could reach this node's
@@ -136,6 +134,7 @@ func (n *Node) open(fsm raft.FSM) error {
 	}
 
 	n.loadDiverged()
+	n.loadDamaged()
 	n.fsm = newTrackingFSM(fsm, n.logger)
 	n.fsm.onCheckpoint = n.checkpointed
 	n.fsm.chain.plant = plantDivergence(cfg.ID, n.logger)
@@ -145,10 +144,11 @@ func (n *Node) open(fsm raft.FSM) error {
 	if err != nil {
 		return fmt.Errorf("raftnode: start raft: %w", err)
 	}
-	n.wg.Add(3)
+	n.wg.Add(4)
 	go n.watchLeadership(notify)
 	go n.runCheckpoints()
 	go n.watchPeers()
+	go n.runRepair()
 
 	n.logger.Info("raft node started", "id", cfg.ID, "addr", n.transport.LocalAddr(),
 		"existing_state", hasState, "last_index", n.raft.LastIndex())

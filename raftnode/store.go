@@ -173,6 +173,9 @@ func dropBoltLog(bolt *raftboltdb.BoltStore, logger hclog.Logger) error {
 	return nil
 }
 
+// stableStore is the stable store as raft uses it.
+func (s *stores) stableStore() raft.StableStore { return s.stable }
+
 func (s *stores) close() error {
 	var errs []error
 	if s.wal != nil {

@@ -18,6 +18,7 @@ import (
 type fakeReplica struct{}
 
 func (fakeReplica) Diverged() error                       { return nil }
+func (fakeReplica) FenceReasons() map[string]bool         { return nil }
 func (fakeReplica) CheckpointsVerified() uint64           { return 2 }
 func (fakeReplica) AppliedHash() (uint64, [32]byte, bool) { return 9, [32]byte{}, true }
 

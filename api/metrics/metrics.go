@@ -187,6 +187,7 @@ func (m *Metrics) Applied(index uint64, ap fsm.Applied) {
 // Replica is what the replica metrics read from the node's Raft member.
 type Replica interface {
 	Diverged() error
+	FenceReasons() map[string]bool
 	CheckpointsVerified() uint64
 	AppliedHash() (index uint64, hash [32]byte, known bool)
 }
@@ -194,9 +195,22 @@ type Replica interface {
 // Replica registers the replica's health: lockcluster_replica_diverged (1
 // once a checkpoint showed this node's applied history differs from the
 // leader's: it then serves nothing), lockcluster_checkpoints_verified_total
-// and lockcluster_applied_hash_index (the last entry in the applied-entry
-// hash chain).
+// lockcluster_applied_hash_index (the last entry in the applied-entry
+// hash chain) and lockcluster_replica_fenced{reason} (1 while that fence
+// keeps the node from serving: diverged, damaged, storage, behind).
 func (m *Metrics) Replica(r Replica) {
+	for _, reason := range []string{"diverged", "damaged", "storage", "behind"} {
+		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name:        "lockcluster_replica_fenced",
+			Help:        "1 while this node refuses clients for the reason named: diverged (a checkpoint found its applied history differs), damaged (its log or term/vote store was found corrupted or truncated; until repaired from the leader), storage (its disk takes no writes), behind (it does not apply what the leader committed).",
+			ConstLabels: prometheus.Labels{"reason": reason},
+		}, func() float64 {
+			if r.FenceReasons()[reason] {
+				return 1
+			}
+			return 0
+		}))
+	}
 	m.reg.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "lockcluster_replica_diverged",

@@ -153,7 +153,7 @@ func (n *Node) start() error {
 	scfg.Machine, scfg.Logger, scfg.Observer = n.machine, n.log.Named("api"), n.metrics
 	scfg.IsAdmin = n.adminCall() // nil with auth off: no caller is an admin
 	// Calls on session streams pass the interceptors unary calls pass.
-	scfg.CallInterceptor = chainCalls(n.metrics.CallInterceptor(), n.authz.Unary(), server.FenceUnary(func() error { return n.raft.Diverged() }))
+	scfg.CallInterceptor = chainCalls(n.metrics.CallInterceptor(), n.authz.Unary(), server.FenceUnary(n.raft.Unfit))
 	rcfg := n.cfg.Raft
 	rcfg.ID, rcfg.DataDir, rcfg.BindAddr, rcfg.AdvertiseAddr = cfg.ID, filepath.Join(cfg.DataDir, "raft"), cfg.RaftAddr, cfg.AdvertiseRaft
 	rcfg.Bootstrap, rcfg.Logger = cfg.Bootstrap, n.log.Named("raft")
@@ -177,8 +177,8 @@ func (n *Node) start() error {
 	opts = append(opts, n.srv.AuditOptions()...)
 	opts = append(opts, n.serverOptions...)
 	// After auth: a diverged replica answers nothing from its state.
-	opts = append(opts, grpc.ChainUnaryInterceptor(server.FenceUnary(n.raft.Diverged)),
-		grpc.ChainStreamInterceptor(server.FenceStream(n.raft.Diverged, n.raft.Fenced())))
+	opts = append(opts, grpc.ChainUnaryInterceptor(server.FenceUnary(n.raft.Unfit)),
+		grpc.ChainStreamInterceptor(server.FenceStream(n.raft.Unfit, n.raft.Fenced)))
 	n.grpc = grpc.NewServer(opts...)
 	n.metrics.Replica(n.raft)
 	n.srv.Register(n.grpc)
@@ -267,13 +267,14 @@ func (n *Node) join(ctx context.Context, self fsm.Member) {
 }
 
 // watchHealth reports SERVING through the gRPC health service while the
-// node has a leader and has not fenced itself (a diverged replica).
+// node has a leader and is fit to serve (raftnode.Node.Unfit: not diverged,
+// damaged, failing to write, or behind).
 func (n *Node) watchHealth(ctx context.Context) {
 	tick := time.NewTicker(200 * time.Millisecond)
 	defer tick.Stop()
 	for {
 		st := healthpb.HealthCheckResponse_NOT_SERVING
-		if id, _ := n.raft.Leader(); id != "" && n.raft.Diverged() == nil {
+		if id, _ := n.raft.Leader(); id != "" && n.raft.Unfit() == nil {
 			st = healthpb.HealthCheckResponse_SERVING
 		}
 		n.health.SetServingStatus("", st)
@@ -298,7 +299,7 @@ func (n *Node) httpHandler() http.Handler {
 	mux.Handle("/", web.Handler(web.Options{NodeID: n.cfg.ID, Machine: n.machine, Raft: n.raft, Authorize: authorize, Health: n.memberHealth}))
 	mux.HandleFunc("/livez", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
-		if err := n.raft.Diverged(); err != nil {
+		if err := n.raft.Unfit(); err != nil {
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
 		}

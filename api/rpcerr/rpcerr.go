@@ -77,6 +77,8 @@ func Status(err error) error {
 		return New(codes.NotFound, pb.ErrorReason_NOT_MEMBER, "NotFoundError", err.Error(), nil)
 	case errors.Is(err, raftnode.ErrDiverged):
 		return New(codes.Unavailable, pb.ErrorReason_REPLICA_DIVERGED, "ReplicaDiverged", err.Error(), nil)
+	case errors.Is(err, raftnode.ErrDamaged), errors.Is(err, raftnode.ErrStorage), errors.Is(err, raftnode.ErrBehind):
+		return New(codes.Unavailable, pb.ErrorReason_NOT_READY, "NotReady", err.Error()+": try another node", nil)
 	case errors.Is(err, ErrNotReady):
 		return New(codes.Unavailable, pb.ErrorReason_NOT_READY, "NotReady", err.Error()+": try another node", nil)
 	case errors.Is(err, raftnode.ErrShutdown):

@@ -7,11 +7,14 @@ import (
 	"google.golang.org/grpc"
 )
 
-// A replica whose applied history diverged from the leader's (raftnode's
-// checkpoints) must not answer anything from its state: these interceptors
-// fail every lockcluster.v1 call with Unavailable, reason REPLICA_DIVERGED,
-// naming the mismatch, while diverged returns an error. Clients move to
-// another node. Health and reflection stay open (health says NOT_SERVING).
+// A replica that is unfit to serve (raftnode's fences: its applied history
+// diverged from the leader's, its stores are damaged, its disk takes no
+// writes, or it does not apply what the leader commits) must not answer
+// anything from its state: these interceptors fail every lockcluster.v1
+// call with Unavailable (reason REPLICA_DIVERGED for a divergence,
+// NOT_READY otherwise), naming the cause, while unfit returns an error.
+// Clients move to another node. Health and reflection stay open (health
+// says NOT_SERVING).
 
 func fenced(method string, diverged func() error) error {
 	if !strings.HasPrefix(method, "/lockcluster.v1.") {
@@ -34,19 +37,21 @@ func FenceUnary(diverged func() error) grpc.UnaryServerInterceptor {
 }
 
 // FenceStream refuses streams while diverged returns an error, and ends
-// the streams already open when fence is done (context.AfterFunc: no
-// goroutine per stream).
-func FenceStream(diverged func() error, fence context.Context) grpc.StreamServerInterceptor {
+// the streams already open when the context fence returns is done
+// (context.AfterFunc: no goroutine per stream). fence is called before
+// diverged, so that a fence raised in between is not missed.
+func FenceStream(diverged func() error, fence func() context.Context) grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		if err := fenced(info.FullMethod, diverged); err != nil {
-			return err
-		}
 		if !strings.HasPrefix(info.FullMethod, "/lockcluster.v1.") {
 			return handler(srv, ss)
 		}
+		episode := fence()
+		if err := fenced(info.FullMethod, diverged); err != nil {
+			return err
+		}
 		ctx, end := context.WithCancel(ss.Context())
 		defer end()
-		stop := context.AfterFunc(fence, end)
+		stop := context.AfterFunc(episode, end)
 		defer stop()
 		err := handler(srv, fencedStream{ss, ctx})
 		if fe := fenced(info.FullMethod, diverged); fe != nil {
