@@ -153,7 +153,7 @@ func (n *Node) start() error {
 	scfg.Machine, scfg.Logger, scfg.Observer = n.machine, n.log.Named("api"), n.metrics
 	scfg.IsAdmin = n.adminCall() // nil with auth off: no caller is an admin
 	// Calls on session streams pass the interceptors unary calls pass.
-	scfg.CallInterceptor = chainCalls(n.metrics.CallInterceptor(), n.authz.Unary(), server.FenceUnary(n.raft.Unfit))
+	scfg.CallInterceptor = chainCalls(n.metrics.CallInterceptor(), n.authz.Unary(), server.FenceUnary(func() error { return n.raft.Unfit() })) // n.raft is set below
 	rcfg := n.cfg.Raft
 	rcfg.ID, rcfg.DataDir, rcfg.BindAddr, rcfg.AdvertiseAddr = cfg.ID, filepath.Join(cfg.DataDir, "raft"), cfg.RaftAddr, cfg.AdvertiseRaft
 	rcfg.Bootstrap, rcfg.Logger = cfg.Bootstrap, n.log.Named("raft")
