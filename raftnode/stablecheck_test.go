@@ -1,0 +1,546 @@
+// stablecheck_test.go tests stablecheck.go on real raft.db files: each
+// corruption is made by flipping a byte on disk, and a sub-test shows what
+// raft-boltdb alone returns for it.
+package raftnode
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	"go.etcd.io/bbolt"
+)
+
+var (
+	testKeyCT  = []byte("CurrentTerm")
+	testKeyLVT = []byte("LastVoteTerm")
+	testKeyLVC = []byte("LastVoteCand")
+)
+
+// openTestBolt opens dir/raft.db as openStores does.
+func openTestBolt(t testing.TB, dir string) *raftboltdb.BoltStore {
+	t.Helper()
+	b, err := raftboltdb.New(raftboltdb.Options{
+		Path:        filepath.Join(dir, "raft.db"),
+		BoltOptions: &bbolt.Options{Timeout: boltOpenTimeout, NoFreelistSync: true, FreelistType: bbolt.FreelistMapType},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// openChecked opens dir's stable store as a node should: the meta pages
+// are checked before bbolt opens the file, the shadow after. The bolt
+// store is closed when the test ends unless closed before.
+func openChecked(t testing.TB, dir string) (*checkedStable, *raftboltdb.BoltStore, *storageDamage) {
+	t.Helper()
+	meta, err := checkBoltMeta(filepath.Join(dir, "raft.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := openTestBolt(t, dir)
+	t.Cleanup(func() { b.Close() })
+	cs, d, err := newCheckedStable(b, dir, meta, testLogger(t, "stable"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs, b, d
+}
+
+// writeTestVote writes a term and a vote as raft does (raft.go setCurrentTerm,
+// persistVote).
+func writeTestVote(t testing.TB, s raft.StableStore, term uint64, cand string) {
+	t.Helper()
+	if err := s.SetUint64(testKeyCT, term); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetUint64(testKeyLVT, term); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Set(testKeyLVC, []byte(cand)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// readTestVote reads the three keys as raft does.
+func readTestVote(t testing.TB, s raft.StableStore) (term, voteTerm uint64, cand string) {
+	t.Helper()
+	var err error
+	if term, err = s.GetUint64(testKeyCT); err != nil {
+		t.Fatalf("CurrentTerm: %v", err)
+	}
+	if voteTerm, err = s.GetUint64(testKeyLVT); err != nil {
+		t.Fatalf("LastVoteTerm: %v", err)
+	}
+	b, err := s.Get(testKeyLVC)
+	if err != nil {
+		t.Fatalf("LastVoteCand: %v", err)
+	}
+	return term, voteTerm, string(b)
+}
+
+func wantTestVote(t testing.TB, s raft.StableStore, term, voteTerm uint64, cand string) {
+	t.Helper()
+	gt, gv, gc := readTestVote(t, s)
+	if gt != term || gv != voteTerm || gc != cand {
+		t.Fatalf("term %d, vote (%d, %q); want term %d, vote (%d, %q)", gt, gv, gc, term, voteTerm, cand)
+	}
+}
+
+func wantStableDamage(t testing.TB, d *storageDamage, what string) {
+	t.Helper()
+	if d == nil {
+		t.Fatalf("%s: no damage reported", what)
+	}
+	if d.Store != "stable" || d.Index != 0 || d.Path == "" || d.Reason == "" {
+		t.Fatalf("%s: damage %+v", what, d)
+	}
+	if !errors.Is(d, ErrDamaged) {
+		t.Fatal("not ErrDamaged")
+	}
+	t.Logf("%s: %v", what, d)
+}
+
+// flipByteAt xors one byte of a file.
+func flipByteAt(t testing.TB, path string, off int64, mask byte) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	b := []byte{0}
+	if _, err := f.ReadAt(b, off); err != nil {
+		t.Fatal(err)
+	}
+	b[0] ^= mask
+	if _, err := f.WriteAt(b, off); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// newestBoltMeta returns the file offset of the meta page with the higher
+// txid, and the page size (stablecheck.go names the layout's source).
+func newestBoltMeta(t testing.TB, path string) (off int64, pageSize int64) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m0 := parseBoltMeta(b)
+	if !m0.valid {
+		t.Fatal("meta page 0 is invalid before the test damaged it")
+	}
+	pageSize = int64(m0.pageSize)
+	m1 := parseBoltMeta(b[pageSize:])
+	if !m1.valid {
+		t.Fatal("meta page 1 is invalid before the test damaged it")
+	}
+	if m1.txid > m0.txid {
+		return pageSize, pageSize
+	}
+	return 0, pageSize
+}
+
+// A flipped byte in the newest bbolt meta page makes bbolt go back to the
+// previous transaction: the last write of the vote is lost, the term kept.
+// checkBoltMeta reports it before bbolt opens the file, and the checked
+// store keeps serving the shadow's vote, reports the damage, and keeps
+// reporting it at every open until pinVote.
+func TestStableBoltMetaRollbackIsDamage(t *testing.T) {
+	for _, field := range []struct {
+		name string
+		off  int64 // in the meta, after the page header
+	}{
+		{"root", 16}, {"txid", boltMetaTxid}, {"checksum", boltMetaSumLen + 3}, {"magic", 0},
+	} {
+		t.Run(field.name, func(t *testing.T) {
+			dir := t.TempDir()
+			cs, b, d := openChecked(t, dir)
+			if d != nil {
+				t.Fatal(d)
+			}
+			writeTestVote(t, cs, 6, "cand-old")
+			writeTestVote(t, cs, 7, "cand-a") // the last transaction: LastVoteCand = cand-a
+			b.Close()
+			path := filepath.Join(dir, "raft.db")
+			off, _ := newestBoltMeta(t, path)
+			flipByteAt(t, path, off+boltPageHeaderSize+field.off, 0x04)
+
+			t.Run("raft-boltdb-alone", func(t *testing.T) {
+				// Copy: opening commits a transaction that overwrites the bad page.
+				cp := t.TempDir()
+				raw, _ := os.ReadFile(path)
+				if err := os.WriteFile(filepath.Join(cp, "raft.db"), raw, 0o600); err != nil {
+					t.Fatal(err)
+				}
+				b := openTestBolt(t, cp)
+				defer b.Close()
+				// The vote of term 7 went back to term 6's candidate, without
+				// an error: raft would grant cand-old a vote in term 7 too.
+				wantTestVote(t, b, 7, 7, "cand-old")
+			})
+
+			cs, b, d = openChecked(t, dir)
+			wantStableDamage(t, d, "meta page flipped")
+			wantTestVote(t, cs, 7, 7, "cand-a")
+			b.Close()
+			// bbolt's open overwrote the bad page; the shadow remembers.
+			if d, err := checkBoltMeta(path); d != nil || err != nil {
+				t.Fatalf("meta pages after reopening: %v %v", d, err)
+			}
+			cs, b, d = openChecked(t, dir)
+			wantStableDamage(t, d, "reopened")
+			wantTestVote(t, cs, 7, 7, "cand-a")
+			b.Close()
+		})
+	}
+}
+
+// checkBoltMeta ignores a missing or empty file and finds two valid meta
+// pages valid; a flip in the older page (no write lost) is reported too.
+func TestCheckBoltMeta(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "raft.db")
+	if d, err := checkBoltMeta(path); d != nil || err != nil {
+		t.Fatalf("no file: %v %v", d, err)
+	}
+	b := openTestBolt(t, dir)
+	writeTestVote(t, b, 3, "x")
+	b.Close()
+	if d, err := checkBoltMeta(path); d != nil || err != nil {
+		t.Fatalf("valid file: %v %v", d, err)
+	}
+	newest, pageSize := newestBoltMeta(t, path)
+	older := pageSize - newest
+	flipByteAt(t, path, older+boltPageHeaderSize+boltMetaSumLen, 1)
+	d, err := checkBoltMeta(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantStableDamage(t, d, "older meta page flipped")
+	flipByteAt(t, path, newest+boltPageHeaderSize+boltMetaSumLen, 1)
+	d, err = checkBoltMeta(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantStableDamage(t, d, "both meta pages flipped")
+}
+
+// A flipped byte in the stored CurrentTerm value is read back by bbolt as a
+// valid term (no checksum on data pages); the checked store reports it
+// and serves the shadow's term.
+func TestStableFlippedTermIsDamage(t *testing.T) {
+	dir := t.TempDir()
+	cs, b, _ := openChecked(t, dir)
+	writeTestVote(t, cs, 7, "cand-a")
+	b.Close()
+	path := filepath.Join(dir, "raft.db")
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A bbolt leaf holds each key followed by its value. Copy-on-write
+	// leaves older copies of the page in free pages: flip them all, the
+	// live one is among them (the sub-test below proves it).
+	n := 0
+	for i := 0; ; {
+		j := bytes.Index(raw[i:], testKeyCT)
+		if j < 0 {
+			break
+		}
+		at := int64(i + j + len(testKeyCT))
+		if binary.BigEndian.Uint64(raw[at:]) == 7 {
+			flipByteAt(t, path, at+7, 0x10) // 7 → 23
+			n++
+		}
+		i += j + 1
+	}
+	if n == 0 {
+		t.Fatal("CurrentTerm = 7 not found in raft.db")
+	}
+
+	t.Run("raft-boltdb-alone", func(t *testing.T) {
+		cp := t.TempDir()
+		raw, _ := os.ReadFile(path)
+		os.WriteFile(filepath.Join(cp, "raft.db"), raw, 0o600)
+		b := openTestBolt(t, cp)
+		defer b.Close()
+		wantTestVote(t, b, 23, 7, "cand-a")
+	})
+
+	cs, _, d := openChecked(t, dir)
+	wantStableDamage(t, d, "CurrentTerm flipped")
+	wantTestVote(t, cs, 7, 7, "cand-a")
+}
+
+// A flipped byte in the shadow file is damage; the shadow is kept as
+// stable.shadow.corrupt, raft.db's values are served, and the damage is
+// reported again at the next open.
+func TestStableFlippedShadowIsDamage(t *testing.T) {
+	for _, off := range []int64{0, 9, 20, -1} { // magic, a value's length, a value, the CRC
+		t.Run(fmt.Sprint(off), func(t *testing.T) {
+			dir := t.TempDir()
+			cs, b, _ := openChecked(t, dir)
+			writeTestVote(t, cs, 7, "cand-a")
+			b.Close()
+			shadow := filepath.Join(dir, stableShadowFile)
+			if off < 0 {
+				st, _ := os.Stat(shadow)
+				off += st.Size()
+			}
+			flipByteAt(t, shadow, off, 0x01)
+			cs, b, d := openChecked(t, dir)
+			wantStableDamage(t, d, "shadow flipped")
+			wantTestVote(t, cs, 7, 7, "cand-a")
+			if _, err := os.Stat(shadow + ".corrupt"); err != nil {
+				t.Errorf("the damaged shadow was not kept: %v", err)
+			}
+			b.Close()
+			_, _, d = openChecked(t, dir)
+			wantStableDamage(t, d, "reopened")
+		})
+	}
+}
+
+// dropStable drops writes of the stable keys while drop is set: the node
+// "crashed" after the shadow was written, before raft.db was.
+type dropStable struct {
+	raft.StableStore
+	drop bool
+}
+
+func (s *dropStable) Set(k, v []byte) error {
+	if s.drop && stableKeyIndex(k) >= 0 {
+		return nil
+	}
+	return s.StableStore.Set(k, v)
+}
+
+// A crash between the shadow write and raft.db's is repaired from the
+// shadow at the next open, for each of raft's writes, and is not damage.
+func TestStableCrashBetweenWritesIsRepaired(t *testing.T) {
+	for k := range stableKeys {
+		t.Run(string(stableKeys[k]), func(t *testing.T) {
+			dir := t.TempDir()
+			meta, _ := checkBoltMeta(filepath.Join(dir, "raft.db"))
+			b := openTestBolt(t, dir)
+			drop := &dropStable{StableStore: b}
+			cs, d, err := newCheckedStable(drop, dir, meta, testLogger(t, "stable"))
+			if err != nil || d != nil {
+				t.Fatal(err, d)
+			}
+			writeTestVote(t, cs, 7, "cand-a")
+			// raft in term 8: setCurrentTerm, then persistVote.
+			writes := []func() error{
+				func() error { return cs.SetUint64(testKeyCT, 8) },
+				func() error { return cs.SetUint64(testKeyLVT, 8) },
+				func() error { return cs.Set(testKeyLVC, []byte("cand-b")) },
+			}
+			for i, w := range writes {
+				drop.drop = i == k
+				if err := w(); err != nil {
+					t.Fatal(err)
+				}
+				if drop.drop {
+					break // the process is gone
+				}
+			}
+			b.Close()
+
+			cs, b, d = openChecked(t, dir)
+			if d != nil {
+				t.Fatalf("damage: %v", d)
+			}
+			want := [][3]any{{8, 7, "cand-a"}, {8, 8, "cand-a"}, {8, 8, "cand-b"}}[k]
+			wantTestVote(t, cs, uint64(want[0].(int)), uint64(want[1].(int)), want[2].(string))
+			wantTestVote(t, b, uint64(want[0].(int)), uint64(want[1].(int)), want[2].(string)) // repaired
+		})
+	}
+}
+
+// A data directory written before shadows existed gets one, from raft.db,
+// and is not damaged; a shadow lost afterwards is damage.
+func TestStableUpgradeCreatesShadow(t *testing.T) {
+	dir := t.TempDir()
+	b := openTestBolt(t, dir)
+	writeTestVote(t, b, 5, "cand-old")
+	b.Close()
+	cs, b, d := openChecked(t, dir)
+	if d != nil {
+		t.Fatalf("damage: %v", d)
+	}
+	wantTestVote(t, cs, 5, 5, "cand-old")
+	if _, err := os.Stat(filepath.Join(dir, stableShadowFile)); err != nil {
+		t.Fatal(err)
+	}
+	b.Close()
+	cs, b, d = openChecked(t, dir)
+	if d != nil {
+		t.Fatalf("damage at the second open: %v", d)
+	}
+	wantTestVote(t, cs, 5, 5, "cand-old")
+	b.Close()
+
+	if err := os.Remove(filepath.Join(dir, stableShadowFile)); err != nil {
+		t.Fatal(err)
+	}
+	_, _, d = openChecked(t, dir)
+	wantStableDamage(t, d, "shadow removed")
+
+	// A new data directory: nothing to check, nothing reported.
+	cs, _, d = openChecked(t, t.TempDir())
+	if d != nil {
+		t.Fatalf("new directory: %v", d)
+	}
+	if _, err := cs.GetUint64(testKeyCT); err == nil || err.Error() != "not found" {
+		t.Fatalf("CurrentTerm of a new store: %v, want raft's \"not found\"", err)
+	}
+}
+
+// pinVote raises the term and the vote to T, clears the damage for good,
+// and writes both records so that they agree; a later vote is kept.
+func TestStablePinVote(t *testing.T) {
+	dir := t.TempDir()
+	cs, b, _ := openChecked(t, dir)
+	writeTestVote(t, cs, 7, "cand-a")
+	b.Close()
+	flipByteAt(t, filepath.Join(dir, stableShadowFile), 20, 1)
+	cs, b, d := openChecked(t, dir)
+	wantStableDamage(t, d, "shadow flipped")
+	if err := cs.SetUint64(testKeyCT, 9); err != nil { // raft follows the leader of term 9
+		t.Fatal(err)
+	}
+	if err := cs.pinVote(9, []byte("leader")); err != nil {
+		t.Fatal(err)
+	}
+	wantTestVote(t, cs, 9, 9, "leader")
+	b.Close()
+	cs, b, d = openChecked(t, dir)
+	if d != nil {
+		t.Fatalf("damage after pinVote: %v", d)
+	}
+	wantTestVote(t, cs, 9, 9, "leader")
+	wantTestVote(t, b, 9, 9, "leader")
+
+	// A vote in a later term stays; a lower term is raised.
+	writeTestVote(t, cs, 12, "cand-c")
+	if err := cs.pinVote(10, []byte("leader")); err != nil {
+		t.Fatal(err)
+	}
+	wantTestVote(t, cs, 12, 12, "cand-c")
+	if err := cs.SetUint64(testKeyCT, 4); err != nil { // not raft's, but pinVote must cope
+		t.Fatal(err)
+	}
+	if err := cs.pinVote(11, []byte("leader")); err != nil {
+		t.Fatal(err)
+	}
+	wantTestVote(t, cs, 11, 12, "cand-c")
+	b.Close()
+	cs, _, d = openChecked(t, dir)
+	if d != nil {
+		t.Fatalf("damage: %v", d)
+	}
+	wantTestVote(t, cs, 11, 12, "cand-c")
+	if err := cs.pinVote(13, nil); err == nil {
+		t.Fatal("pinVote without a leader")
+	}
+}
+
+// Other keys pass through; a failed raft.db write is caught up at the
+// next write so that the shadow never runs ahead by more than one write.
+func TestStableOtherKeysAndFailedWrites(t *testing.T) {
+	dir := t.TempDir()
+	cs, b, _ := openChecked(t, dir)
+	if err := cs.SetUint64([]byte("other"), 3); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := b.GetUint64([]byte("other")); err != nil || v != 3 {
+		t.Fatalf("other key: %d %v", v, err)
+	}
+	fail := &failStable{StableStore: b}
+	cs.inner = fail
+	writeTestVote(t, cs, 4, "a")
+	fail.fail = true
+	if err := cs.SetUint64(testKeyCT, 5); err == nil {
+		t.Fatal("the failed write was not reported")
+	}
+	fail.fail = false
+	if err := cs.SetUint64(testKeyLVT, 5); err != nil {
+		t.Fatal(err)
+	}
+	wantTestVote(t, b, 5, 5, "a")
+	b.Close()
+	cs, _, d := openChecked(t, dir)
+	if d != nil {
+		t.Fatalf("damage: %v", d)
+	}
+	wantTestVote(t, cs, 5, 5, "a")
+}
+
+type failStable struct {
+	raft.StableStore
+	fail bool
+}
+
+func (s *failStable) Set(k, v []byte) error {
+	if s.fail {
+		return errors.New("disk full")
+	}
+	return s.StableStore.Set(k, v)
+}
+
+// The shadow record survives its encoding, and any one flipped bit fails
+// its decoding.
+func TestStableRecordEncoding(t *testing.T) {
+	r := stableRecord{damaged: "why"}
+	r.vals[0] = stableValue{ok: true, b: binary.BigEndian.AppendUint64(nil, 7)}
+	r.vals[2] = stableValue{ok: true, b: []byte{}}
+	r.changed[1], r.prev[1] = true, stableValue{ok: true, b: []byte("x")}
+	b := r.encode()
+	got, err := decodeStableRecord(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(got) != fmt.Sprint(r) {
+		t.Fatalf("decoded %+v, want %+v", got, r)
+	}
+	for i := range len(b) * 8 {
+		c := bytes.Clone(b)
+		c[i/8] ^= 1 << (i % 8)
+		if _, err := decodeStableRecord(c); err == nil {
+			t.Fatalf("bit %d flipped: decoded", i)
+		}
+	}
+}
+
+// The cost of a term or vote write, raft-boltdb alone and checked:
+//
+//	go test -tags hashicorpmetrics -run '^$' -bench StableSet -benchtime 200x ./raftnode/
+func BenchmarkStableSet(b *testing.B) {
+	b.Run("raft-boltdb", func(b *testing.B) {
+		s := openTestBolt(b, b.TempDir())
+		defer s.Close()
+		for i := range b.N {
+			if err := s.SetUint64(testKeyCT, uint64(i+1)); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("checked", func(b *testing.B) {
+		cs, s, _ := openChecked(b, b.TempDir())
+		defer s.Close()
+		for i := range b.N {
+			if err := cs.SetUint64(testKeyCT, uint64(i+1)); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
