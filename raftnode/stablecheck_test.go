@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
@@ -543,4 +544,68 @@ func BenchmarkStableSet(b *testing.B) {
 			}
 		}
 	})
+}
+
+// raft runs on the checked store: bootstrap (HasExistingState reads a
+// missing term as raft's "not found"), an election (setCurrentTerm,
+// persistVote), and a restart that finds both records in agreement.
+func TestStableUnderRaft(t *testing.T) {
+	dir := t.TempDir()
+	logs := raft.NewInmemStore()
+	for round := range 2 {
+		cs, b, d := openChecked(t, dir)
+		if d != nil {
+			t.Fatalf("round %d: damage %v", round, d)
+		}
+		_, trans := raft.NewInmemTransport("n1")
+		conf := raft.DefaultConfig()
+		conf.LocalID = "n1"
+		conf.Logger = testLogger(t, "raft")
+		conf.HeartbeatTimeout, conf.ElectionTimeout, conf.LeaderLeaseTimeout = 50*time.Millisecond, 50*time.Millisecond, 50*time.Millisecond
+		snaps := raft.NewInmemSnapshotStore()
+		if round == 0 {
+			servers := raft.Configuration{Servers: []raft.Server{{ID: "n1", Address: trans.LocalAddr(), Suffrage: raft.Voter}}}
+			if err := raft.BootstrapCluster(conf, logs, cs, snaps, trans, servers); err != nil {
+				t.Fatal(err)
+			}
+		}
+		r, err := raft.NewRaft(conf, &listFSM{}, logs, cs, snaps, trans)
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 5*time.Second, "leader", func() bool { return r.State() == raft.Leader })
+		term := r.CurrentTerm()
+		if err := r.Shutdown().Error(); err != nil {
+			t.Fatal(err)
+		}
+		trans.Close()
+		wantTestVote(t, cs, term, term, string(trans.LocalAddr()))
+		b.Close()
+	}
+}
+
+// pinVote may run while raft reads and writes the store.
+func TestStablePinVoteConcurrent(t *testing.T) {
+	cs, _, _ := openChecked(t, t.TempDir())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range 50 {
+			if err := cs.SetUint64(testKeyLVT, uint64(i+1)); err != nil {
+				t.Error(err)
+			}
+			if err := cs.Set(testKeyLVC, []byte("cand")); err != nil {
+				t.Error(err)
+			}
+			if _, err := cs.Get(testKeyLVC); err != nil {
+				t.Error(err)
+			}
+		}
+	}()
+	for i := range 20 {
+		if err := cs.pinVote(uint64(i+1), []byte("leader")); err != nil {
+			t.Error(err)
+		}
+	}
+	<-done
 }
