@@ -303,8 +303,10 @@ func newCheckedStable(inner raft.StableStore, dir string, boltMeta *storageDamag
 	// damage, once reason is known: serve vals, record the damage in the
 	// shadow, report it.
 	boltPath := filepath.Join(dir, "raft.db")
+	const earlier = "found damaged by an earlier start and not repaired since: "
 	damage := func(path, reason string, vals [stableKeyCount]stableValue) (*checkedStable, *storageDamage, error) {
 		d := &storageDamage{Store: "stable", Path: path, Reason: reason}
+		reason = strings.TrimPrefix(reason, earlier) // what the shadow records: the first finding
 		if shadowErr != nil {
 			if err := os.Rename(c.path, c.path+".corrupt"); err != nil {
 				return nil, nil, fmt.Errorf("raftnode: keeping the damaged %s: %w", c.path, err)
@@ -325,7 +327,7 @@ func newCheckedStable(inner raft.StableStore, dir string, boltMeta *storageDamag
 
 	switch {
 	case shadowOK && shadow.damaged != "":
-		return damage(c.path, "found damaged by an earlier start and not repaired since: "+shadow.damaged, shadow.vals)
+		return damage(c.path, earlier+shadow.damaged, shadow.vals)
 	case shadowOK && boltMeta != nil:
 		return damage(boltMeta.Path, boltMeta.Reason, shadow.vals)
 	case shadowOK && innerErr != nil:

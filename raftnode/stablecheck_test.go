@@ -201,6 +201,13 @@ func TestStableBoltMetaRollbackIsDamage(t *testing.T) {
 			wantStableDamage(t, d, "reopened")
 			wantTestVote(t, cs, 7, 7, "cand-a")
 			b.Close()
+			reason := d.Reason
+			_, b, d = openChecked(t, dir)
+			wantStableDamage(t, d, "reopened again")
+			if d.Reason != reason {
+				t.Fatalf("the reason changed from %q to %q", reason, d.Reason)
+			}
+			b.Close()
 		})
 	}
 }
