@@ -503,3 +503,24 @@ func BenchmarkScanWALTail(b *testing.B) {
 		}
 	}
 }
+
+// TestScanIgnoresDamageBelowFirstIndex: a batch that fails its CRC is
+// reported from its first entry still in the log (raft-wal's metadata
+// keeps the tail's MinIndex after a head truncation), and not at all once
+// all its entries are deleted.
+func TestScanIgnoresDamageBelowFirstIndex(t *testing.T) {
+	dataDir, seg := lcLog(t)
+	frames := lcFrames(t, seg)
+	lcFlip(t, seg, lcBatch(t, frames, 2)[3].offset+2)  // a reserved byte in entries 33..48
+	lcFlip(t, seg, lcBatch(t, frames, 10)[3].offset+2) // and in entries 161..176
+	l := lcOpen(t, dataDir, 0)
+	wantDamage(t, l.scan(t), 33, seg)
+	if err := l.c.DeleteRange(1, 40); err != nil {
+		t.Fatal(err)
+	}
+	wantDamage(t, l.scan(t), 41, seg)
+	if err := l.c.DeleteRange(41, 100); err != nil {
+		t.Fatal(err)
+	}
+	wantDamage(t, l.scan(t), 161, seg)
+}
