@@ -19,6 +19,7 @@
 // after the older snapshot are usually gone. The node panics at every
 // start. With no snapshot that restores, NewRaft fails with "failed to load
 // any existing snapshots". TestCorruptNewestSnapshotRestart shows both.
+
 package raftnode
 
 import (
@@ -109,6 +110,8 @@ type snapshotOnDisk struct {
 	term, index uint64
 }
 
+// parseSnapshotName reads <term>-<index>-<msec>; ok is false for any
+// other name.
 func parseSnapshotName(name string) (snapshotOnDisk, bool) {
 	parts := strings.Split(name, "-")
 	if len(parts) != 3 {

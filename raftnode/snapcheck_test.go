@@ -1,6 +1,7 @@
 // snapcheck_test.go tests snapcheck.go on real snapshot files: written by
 // a real node, or by raft's FileSnapshotStore in t.TempDir(), damaged by
 // flipping bytes, and restarted by raft.NewRaft with and without the check.
+
 package raftnode
 
 import (
@@ -169,6 +170,8 @@ func startStopRaft(t *testing.T, fsm raft.FSM, logs raft.LogStore, stable raft.S
 	return panicked, err, last
 }
 
+// entriesThrough lists the entries snapTestDataDir proposed in the given
+// batches ("a", "b": ten each; "c": one).
 func entriesThrough(prefixes ...string) []string {
 	var out []string
 	for _, p := range prefixes {
@@ -271,6 +274,7 @@ type snapFixture struct {
 	ids   []string // oldest first
 }
 
+// newSnapFixture opens an empty FileSnapshotStore in a temporary directory.
 func newSnapFixture(t *testing.T) *snapFixture {
 	t.Helper()
 	f := &snapFixture{base: filepath.Join(t.TempDir(), "snapshots"), logs: raft.NewInmemStore()}
@@ -340,6 +344,7 @@ func (f *snapFixture) start(t *testing.T) (panicked any, err error, last uint64)
 	return startStopRaft(t, &listFSM{}, f.logs, stable, f.store, testLogger(t, "n1"))
 }
 
+// check runs checkSnapshots on the fixture and logs the damage it reports.
 func (f *snapFixture) check(t *testing.T) *storageDamage {
 	t.Helper()
 	d, err := checkSnapshots(f.dir, f.logs, testLogger(t, "check"))
@@ -352,6 +357,7 @@ func (f *snapFixture) check(t *testing.T) *storageDamage {
 	return d
 }
 
+// listed returns the IDs raft's FileSnapshotStore.List returns, newest first.
 func (f *snapFixture) listed(t *testing.T) []string {
 	t.Helper()
 	metas, err := f.store.List()

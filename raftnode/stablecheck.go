@@ -19,6 +19,7 @@
 // Raft reads the three values from checkedStable's memory, never from
 // bbolt again, so a corruption of raft.db after the open is not used
 // either.
+
 package raftnode
 
 import (
@@ -76,10 +77,12 @@ type stableValue struct {
 	b  []byte
 }
 
+// equal reports whether v and w are both unset or hold the same bytes.
 func (v stableValue) equal(w stableValue) bool {
 	return v.ok == w.ok && bytes.Equal(v.b, w.b)
 }
 
+// String renders v for logs and damage reports: a term as a number.
 func (v stableValue) String() string {
 	switch {
 	case !v.ok:
@@ -116,6 +119,7 @@ var stableShadowMagic = [8]byte{'L', 'C', 'S', 'T', 'B', 'L', '0', '1'}
 
 var stableShadowTable = crc32.MakeTable(crc32.Castagnoli)
 
+// encode renders r as the shadow file holds it, CRC last.
 func (r *stableRecord) encode() []byte {
 	b := append([]byte(nil), stableShadowMagic[:]...)
 	value := func(v stableValue) {
@@ -635,6 +639,8 @@ type boltMeta struct {
 	why      string
 }
 
+// parseBoltMeta reads the meta at the start of page (a meta page from the
+// file) and validates it as bbolt does (db.go, meta.validate).
 func parseBoltMeta(page []byte) boltMeta {
 	if len(page) < boltPageHeaderSize+boltMetaLen {
 		return boltMeta{why: "short page"}

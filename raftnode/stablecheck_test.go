@@ -1,6 +1,7 @@
 // stablecheck_test.go tests stablecheck.go on real raft.db files: each
 // corruption is made by flipping a byte on disk, and a sub-test shows what
 // raft-boltdb alone returns for it.
+
 package raftnode
 
 import (
@@ -87,6 +88,7 @@ func readTestVote(t testing.TB, s raft.StableStore) (term, voteTerm uint64, cand
 	return term, voteTerm, string(b)
 }
 
+// wantTestVote fails the test unless s holds that term and vote.
 func wantTestVote(t testing.TB, s raft.StableStore, term, voteTerm uint64, cand string) {
 	t.Helper()
 	gt, gv, gc := readTestVote(t, s)
@@ -95,6 +97,7 @@ func wantTestVote(t testing.TB, s raft.StableStore, term, voteTerm uint64, cand 
 	}
 }
 
+// wantStableDamage fails the test unless d reports a damaged stable store.
 func wantStableDamage(t testing.TB, d *storageDamage, what string) {
 	t.Helper()
 	if d == nil {
@@ -325,6 +328,7 @@ type dropStable struct {
 	drop bool
 }
 
+// Set drops a stable key while drop is set, and reports success.
 func (s *dropStable) Set(k, v []byte) error {
 	if s.drop && stableKeyIndex(k) >= 0 {
 		return nil
@@ -498,6 +502,7 @@ type failStable struct {
 	fail bool
 }
 
+// Set fails every write while fail is set.
 func (s *failStable) Set(k, v []byte) error {
 	if s.fail {
 		return errors.New("disk full")
