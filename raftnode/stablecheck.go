@@ -287,8 +287,11 @@ func newCheckedStable(inner raft.StableStore, dir string, boltMeta *storageDamag
 		return nil, nil, fmt.Errorf("raftnode: %w", err)
 	}
 	innerVals, innerErr := readStableValues(inner)
-	_, markerErr := inner.Get([]byte(stableShadowMarker))
-	marked := markerErr == nil
+	marked := func() (ok bool) {
+		defer func() { recover() }() // as in readStableValues; that error is reported there
+		_, err := inner.Get([]byte(stableShadowMarker))
+		return err == nil
+	}()
 
 	var shadow stableRecord
 	shadowOK := false
