@@ -288,7 +288,7 @@ func (c *checkedLogs) get(index uint64, log *raft.Log) error {
 		return c.damage(index, fmt.Sprintf("checksum mismatch: the entry's trailer says %08x, its contents sum to %08x", want, got))
 	}
 	if n == 0 {
-		orig = nil // raft.Log as stored: both stores read empty Extensions as nil
+		orig = nil // no Extensions reads as nil, as from raft-wal (codec.go, decoder.bytes)
 	}
 	log.Extensions = orig
 	return nil
