@@ -80,6 +80,7 @@ func New(cfg Config, fsm raft.FSM) (*Node, error) {
 		n.closeResources()
 		return nil, err
 	}
+	n.watchFences() // the storage and behind fences (diskguard.go, behind.go)
 	return n, nil
 }
 

@@ -33,7 +33,7 @@ const (
 type stores struct {
 	stable *raftboltdb.BoltStore // raft.db
 	logs   raft.LogStore         // behind a LogCache; monotonic
-	wal    *wal.WAL              // nil with the bolt log
+	wal    *diskGuard            // raft-wal, reopened after a full disk (diskguard.go); nil with the bolt log
 	lock   *os.File              // the data directory's lock
 }
 
@@ -100,18 +100,31 @@ func openStores(dir, kind string, logger hclog.Logger) (st *stores, err error) {
 	return st, nil
 }
 
-func openWAL(dir string, logger hclog.Logger) (*wal.WAL, error) {
+// openWAL opens the raft-wal log in dir behind a diskGuard. Its segments
+// are smaller than raft-wal's 64 MiB when the disk has little room
+// (segmentSizeFor); a disk with too little refuses to start.
+func openWAL(dir string, logger hclog.Logger) (*diskGuard, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("raftnode: %w", err)
 	}
+	segSize, err := segmentSizeFor(dir)
+	if err != nil {
+		return nil, err
+	}
+	if segSize != wal.DefaultSegmentSize {
+		logger.Warn("little free space for the raft log: smaller raft-wal segments", "path", dir, "segment_size", fmtBytes(uint64(segSize)))
+	}
 	// raft-wal's counters and gauges go to go-metrics' global instance,
 	// with raft's own metrics: /metrics shows them as lockcluster_raft_wal_*.
-	w, err := wal.Open(dir, wal.WithLogger(logger.Named("wal")),
-		wal.WithMetricsCollector(walmetrics.NewGoMetricsCollector([]string{"raft", "wal"}, nil, nil)))
+	mc := walmetrics.NewGoMetricsCollector([]string{"raft", "wal"}, nil, nil)
+	open := func() (*wal.WAL, error) {
+		return wal.Open(dir, wal.WithLogger(logger.Named("wal")), wal.WithMetricsCollector(mc), wal.WithSegmentSize(segSize))
+	}
+	g, err := newDiskGuard(dir, segSize, open, logger)
 	if err != nil {
 		return nil, fmt.Errorf("raftnode: open the raft-wal log in %s: %w", dir, err)
 	}
-	return w, nil
+	return g, nil
 }
 
 // migrateToWAL copies the log in raft.db, if it has one, into a new WAL,

@@ -1,0 +1,389 @@
+//go:build linux
+
+package raftnode
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	wal "github.com/hashicorp/raft-wal"
+	"github.com/hashicorp/raft-wal/metadb"
+	"github.com/hashicorp/raft-wal/types"
+)
+
+// mountTmpfs mounts a tmpfs of size bytes on a new directory for this test
+// (root only: the test is skipped otherwise).
+func mountTmpfs(t testing.TB, size uint64) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("this test fills a small file system: mounting a tmpfs needs root")
+	}
+	dir := t.TempDir()
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, fmt.Sprintf("size=%d", size)); err != nil {
+		t.Skipf("cannot mount a tmpfs on %s: %v", dir, err)
+	}
+	t.Cleanup(func() { syscall.Unmount(dir, syscall.MNT_DETACH) })
+	return dir
+}
+
+// ballast fills dir's file system but for leave bytes and returns the
+// ballast file's path.
+func ballast(t testing.TB, dir string, leave uint64) string {
+	t.Helper()
+	free, _, ok := diskSpace(dir)
+	if !ok || free <= leave {
+		t.Fatalf("free space in %s: %d (ok %v), want more than %d", dir, free, ok, leave)
+	}
+	path := filepath.Join(dir, "ballast")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := syscall.Fallocate(int(f.Fd()), 0, 0, int64(free-leave)); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// syncBuffer collects a logger's output.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func bufferLogger(t testing.TB, buf *syncBuffer) hclog.Logger {
+	tw := &testWriter{t: t}
+	t.Cleanup(tw.stop)
+	return hclog.New(&hclog.LoggerOptions{Name: "guard", Output: io.MultiWriter(buf, tw), Level: hclog.Info})
+}
+
+// fenceRecorder stands for the node's storage fence.
+type fenceRecorder struct {
+	raised, lowered atomic.Int32
+	last            atomic.Pointer[error]
+}
+
+func (f *fenceRecorder) raise(err error) { f.raised.Add(1); f.last.Store(&err) }
+func (f *fenceRecorder) lower()          { f.lowered.Add(1) }
+
+func entry(i uint64, size int) *raft.Log {
+	return &raft.Log{Index: i, Term: 1, Type: raft.LogCommand, Data: bytes.Repeat([]byte{byte(i)}, size)}
+}
+
+// A write that fails for want of space (raft-wal cannot create its next
+// segment) raises the fence once, with an error that names the directory,
+// the free space and the cause, and logs it once; later writes fail at
+// once; reads go on, also while the log is reopened; once the ballast is
+// gone the guard reopens the log in this process and writes work again,
+// across further rotations.
+func TestDiskGuardReopensWhenSpaceReturns(t *testing.T) {
+	mnt := mountTmpfs(t, 8<<20)
+	dir := filepath.Join(mnt, "wal")
+	var logs syncBuffer
+	g, err := openWAL(dir, bufferLogger(t, &logs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	if g.segSize != 2<<20 {
+		t.Fatalf("segment size on an 8 MiB tmpfs: %d, want 2 MiB", g.segSize)
+	}
+	g.retry = 20 * time.Millisecond
+	var fence fenceRecorder
+	g.attach(fence.raise, fence.lower, nil)
+
+	bal := ballast(t, mnt, 256<<10)
+	var last uint64
+	var werr error
+	for i := uint64(1); i < 5000; i++ {
+		if werr = g.StoreLogs([]*raft.Log{entry(i, 1000)}); werr != nil {
+			break
+		}
+		last = i
+	}
+	if werr == nil {
+		t.Fatal("5 MB of entries fit in 256 KiB: no write failed")
+	}
+	if !errors.Is(werr, ErrStorage) {
+		t.Fatalf("write error %v does not match ErrStorage", werr)
+	}
+	for _, want := range []string{dir, "free of", "no space left on device"} {
+		if !strings.Contains(werr.Error(), want) {
+			t.Errorf("write error %q does not say %q", werr, want)
+		}
+	}
+	t.Logf("failed after index %d: %v", last, werr)
+	if err := g.StoreLogs([]*raft.Log{entry(last+1, 10)}); err != werr {
+		t.Errorf("a write while failing: %v, want the same error at once", err)
+	}
+	if err := g.DeleteRange(1, 10); err != werr {
+		t.Errorf("a delete while failing: %v, want the same error at once", err)
+	}
+	if fence.raised.Load() != 1 {
+		t.Errorf("fence raised %d times, want once", fence.raised.Load())
+	}
+	if n := strings.Count(logs.String(), "STORAGE FAILING"); n != 1 {
+		t.Errorf("%d ERROR lines for the failure, want 1:\n%s", n, logs.String())
+	}
+
+	// Readers all along, as raft's goroutines read: never an error.
+	ctx, stop := context.WithCancel(context.Background())
+	var readErrs atomic.Int64
+	var firstReadErr atomic.Pointer[error]
+	var wg sync.WaitGroup
+	for r := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := uint64(r); ctx.Err() == nil; i++ {
+				var l raft.Log
+				idx := 1 + i%last
+				err := g.GetLog(idx, &l)
+				if err == nil && l.Index != idx {
+					err = fmt.Errorf("GetLog(%d) gave index %d", idx, l.Index)
+				}
+				if err == nil {
+					_, err = g.LastIndex()
+				}
+				if err == nil {
+					_, err = g.FirstIndex()
+				}
+				if err != nil && readErrs.Add(1) == 1 {
+					firstReadErr.Store(&err)
+				}
+			}
+		}()
+	}
+
+	time.Sleep(100 * time.Millisecond) // the guard polls; it must not reopen while full
+	if fence.lowered.Load() != 0 {
+		t.Fatal("fence lowered while the disk is still full")
+	}
+	if err := os.Remove(bal); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "the fence to come down", func() bool { return fence.lowered.Load() == 1 })
+	if g.Failing() != nil {
+		t.Fatalf("still failing: %v", g.Failing())
+	}
+	for i := last + 1; i < last+3000; i++ { // three more rotations
+		if err := g.StoreLogs([]*raft.Log{entry(i, 1000)}); err != nil {
+			t.Fatalf("write %d after the reopen: %v", i, err)
+		}
+	}
+	stop()
+	wg.Wait()
+	if n := readErrs.Load(); n > 0 {
+		t.Fatalf("%d reads failed, first: %v", n, *firstReadErr.Load())
+	}
+	for _, i := range []uint64{1, last, last + 1, last + 2999} {
+		var l raft.Log
+		if err := g.GetLog(i, &l); err != nil || l.Index != i || len(l.Data) != 1000 {
+			t.Fatalf("GetLog(%d) = %d, %d bytes, %v", i, l.Index, len(l.Data), err)
+		}
+	}
+	if !strings.Contains(logs.String(), "takes writes again") {
+		t.Errorf("no log line for the recovery:\n%s", logs.String())
+	}
+}
+
+// failingMeta is raft-wal's metadata store, whose commits fail while fail
+// is set.
+type failingMeta struct {
+	*metadb.BoltMetaDB
+	fail atomic.Bool
+}
+
+func (m *failingMeta) CommitState(s types.PersistentState) error {
+	if m.fail.Load() {
+		return fmt.Errorf("commit: %w", syscall.ENOSPC)
+	}
+	return m.BoltMetaDB.CommitState(s)
+}
+
+// When the metadata commit of a rotation fails, the tail is sealed on disk
+// but not in the metadata, and raft-wal reopens it sealed: "segment is
+// sealed" for ever, even after a restart. The guard's reopen completes the
+// rotation first.
+func TestDiskGuardCompletesAHalfRecordedRotation(t *testing.T) {
+	dir := t.TempDir()
+	const seg = 64 << 10
+	meta := &failingMeta{BoltMetaDB: &metadb.BoltMetaDB{}}
+	opens := 0
+	open := func() (*wal.WAL, error) {
+		opens++
+		if opens == 1 {
+			return wal.Open(dir, wal.WithSegmentSize(seg), wal.WithMetaStore(meta))
+		}
+		return wal.Open(dir, wal.WithSegmentSize(seg))
+	}
+	var logs syncBuffer
+	g, err := newDiskGuard(dir, seg, open, bufferLogger(t, &logs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	g.retry = 20 * time.Millisecond
+	var fence fenceRecorder
+	g.attach(fence.raise, fence.lower, nil)
+
+	for i := uint64(1); i <= 10; i++ {
+		if err := g.StoreLogs([]*raft.Log{entry(i, 500)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	meta.fail.Store(true)
+	var last uint64 = 10
+	for ; last < 1000; last++ {
+		if err := g.StoreLogs([]*raft.Log{entry(last+1, 500)}); err != nil {
+			if !errors.Is(err, wal.ErrSealed) {
+				t.Fatalf("write %d: %v, want raft-wal's sealed segment", last+1, err)
+			}
+			break
+		}
+	}
+	waitFor(t, 5*time.Second, "the fence to come down", func() bool { return fence.lowered.Load() == 1 })
+	if !strings.Contains(logs.String(), "completed a segment rotation") {
+		t.Errorf("the rotation was not completed:\n%s", logs.String())
+	}
+	for i := last + 1; i < last+500; i++ {
+		if err := g.StoreLogs([]*raft.Log{entry(i, 500)}); err != nil {
+			t.Fatalf("write %d after the reopen: %v", i, err)
+		}
+	}
+	for i := uint64(1); i < last+500; i++ {
+		var l raft.Log
+		if err := g.GetLog(i, &l); err != nil || l.Index != i {
+			t.Fatalf("GetLog(%d) = %d, %v", i, l.Index, err)
+		}
+	}
+}
+
+// Segments fit the volume: 64 MiB when there is room for four, a whole
+// number of MiB below that, and no start below four of 1 MiB.
+func TestSegmentSizeFitsTheVolume(t *testing.T) {
+	for _, c := range []struct {
+		free uint64
+		want int
+	}{
+		{1 << 40, 64 << 20},
+		{256 << 20, 64 << 20},
+		{255 << 20, 63 << 20},
+		{64 << 20, 16 << 20},
+		{63<<20 + 512<<10, 15 << 20},
+		{4 << 20, 1 << 20},
+	} {
+		got, err := segmentSizeFree("/d", c.free)
+		if err != nil || got != c.want {
+			t.Errorf("%s free: %s, %v; want %s", fmtBytes(c.free), fmtBytes(uint64(got)), err, fmtBytes(uint64(c.want)))
+		}
+	}
+	_, err := segmentSizeFree("/data/wal", 4<<20-1)
+	if err == nil {
+		t.Fatal("just under 4 MiB free: no error")
+	}
+	for _, want := range []string{"/data/wal", "3.9 MiB free", "at least 4.0 MiB"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+}
+
+// A node starts on a 64 MiB volume (raft-wal's 64 MiB segments would not
+// fit), and a 2 MiB volume refuses to start with an error that says why.
+func TestNodeStartsOnASmallVolume(t *testing.T) {
+	mnt := mountTmpfs(t, 64<<20)
+	n, f, err := startOn(t, mnt, func(c *Config) { c.Bootstrap = []Peer{{ID: "n1"}} })
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "leader", n.IsLeader)
+	propose(t, n, "a", "b")
+	if got := f.Entries(); len(got) != 2 {
+		t.Fatalf("entries %q", got)
+	}
+
+	tiny := mountTmpfs(t, 2<<20)
+	_, _, err = startOn(t, tiny, func(c *Config) { c.Bootstrap = []Peer{{ID: "n1"}} })
+	if err == nil {
+		t.Fatal("a node started on a 2 MiB volume")
+	}
+	for _, want := range []string{tiny, "free", "at least 4.0 MiB"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+}
+
+// A one-node cluster whose disk fills: its write fails, it steps down and
+// is fenced (Unfit matches ErrStorage and names the directory); once the
+// ballast is gone it leads and takes proposals again, with no restart.
+func TestFullDiskNodeRecoversWithoutRestart(t *testing.T) {
+	mnt := mountTmpfs(t, 8<<20)
+	n, f, err := startOn(t, mnt, func(c *Config) { c.Bootstrap = []Peer{{ID: "n1"}} })
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.stores.wal.retry = 50 * time.Millisecond
+	waitFor(t, 10*time.Second, "leader", n.IsLeader)
+	bal := ballast(t, mnt, 256<<10)
+	value := strings.Repeat("x", 1000)
+	proposed := 0
+	for ; proposed < 5000; proposed++ {
+		if _, err := n.Propose(ctxTimeout(t, 5*time.Second), []byte(value)); err != nil {
+			t.Logf("proposal %d: %v", proposed, err)
+			break
+		}
+	}
+	if proposed == 5000 {
+		t.Fatal("5 MB of proposals fit in 256 KiB")
+	}
+	waitFor(t, 5*time.Second, "the storage fence", func() bool { return errors.Is(n.Unfit(), ErrStorage) })
+	t.Logf("unfit: %v", n.Unfit())
+	if !strings.Contains(n.Unfit().Error(), mnt) {
+		t.Errorf("Unfit() = %q: does not name %s", n.Unfit(), mnt)
+	}
+	if !n.FenceReasons()["storage"] {
+		t.Errorf("FenceReasons = %v", n.FenceReasons())
+	}
+	// A one-node cluster's candidate votes for itself without asking the
+	// transport, so the fence cannot keep it from winning: it wins, fails
+	// its first write and steps down again (raft.go, dispatchLogs). The
+	// three-node test in cmd/lockcluster (diskfull_test.go) checks that a
+	// fenced node of a real cluster stands for no election.
+
+	if err := os.Remove(bal); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the fence to come down and a leader", func() bool { return n.Unfit() == nil && n.IsLeader() })
+	propose(t, n, "after")
+	if got := f.Entries(); got[len(got)-1] != "after" {
+		t.Fatalf("last entry %q", got[len(got)-1])
+	}
+}
