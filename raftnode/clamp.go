@@ -49,6 +49,8 @@ type clampTransport struct {
 	closeOnce    sync.Once
 	clamped      atomic.Uint64 // requests whose commit index was lowered
 	votesRefused atomic.Uint64 // vote requests refused while the node may not vote
+
+	commits commitWatch // what the leader announced, before clamping (behind.go)
 }
 
 // The optional interfaces raft looks for on its transport: without
@@ -95,10 +97,12 @@ func clampCommit(a *raft.AppendEntriesRequest) bool {
 }
 
 func (t *clampTransport) clamp(rpc raft.RPC) {
-	if t.off {
+	a, ok := rpc.Command.(*raft.AppendEntriesRequest)
+	if !ok {
 		return
 	}
-	if a, ok := rpc.Command.(*raft.AppendEntriesRequest); ok && clampCommit(a) {
+	t.commits.announced(a.Term, a.LeaderCommitIndex)
+	if !t.off && clampCommit(a) {
 		t.clamped.Add(1)
 	}
 }
