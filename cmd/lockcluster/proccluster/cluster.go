@@ -25,6 +25,9 @@ type Config struct {
 	TempPrefix string
 	Keep       bool
 	LogDir     string // where the logs go instead, if set
+	// NodeDir, if set, is node i's data directory instead of Dir/node<i>
+	// (a file system of its own, say); Stop leaves it.
+	NodeDir func(i int) string
 	// Host is the address the nodes listen on (default 127.0.0.1).
 	Host string
 	// BasePort 0 picks free ports (FreeAddr); otherwise node i serves gRPC
@@ -90,6 +93,9 @@ func New(cfg Config) (*Cluster, error) {
 		n.Dir, n.Log = filepath.Join(c.Dir, n.ID), filepath.Join(c.Dir, n.ID+".log")
 		if cfg.LogDir != "" {
 			n.Log = filepath.Join(cfg.LogDir, n.ID+".log")
+		}
+		if cfg.NodeDir != nil {
+			n.Dir = cfg.NodeDir(i)
 		}
 		for j, a := range []*string{&n.GRPC, &n.Raft, &n.HTTP} {
 			if cfg.BasePort != 0 {
