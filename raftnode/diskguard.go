@@ -241,12 +241,32 @@ func (g *diskGuard) DeleteRange(min, max uint64) error {
 	}
 	g.mu.RLock()
 	gen := g.gen.Load()
-	err := g.w.DeleteRange(min, max)
+	err := g.roomToTruncate(min, max)
+	if err == nil {
+		err = g.w.DeleteRange(min, max)
+	}
 	g.mu.RUnlock()
 	if err != nil {
 		return g.fail("delete", gen, err)
 	}
 	return nil
+}
+
+// roomToTruncate checks, before a deletion that reaches the last entry,
+// that a new segment can be allocated. raft-wal starts one for it
+// (wal.go, truncateTailLocked; truncateHeadLocked when nothing is left)
+// after committing the truncation to its metadata: failing to create the
+// file would leave the truncation in the metadata but not in memory, and
+// raft believing it failed. After the next reopen the log would end
+// before raft's last index, and raft's follower path would fail on the
+// missing entries for good (raft.go, appendEntries: "failed to get log
+// entry"). Deletions of older entries only (compaction) need no file.
+func (g *diskGuard) roomToTruncate(min, max uint64) error {
+	last, err := g.w.LastIndex()
+	if err != nil || last == 0 || min > last || max < last {
+		return err
+	}
+	return probeSpace(g.dir, int64(g.segSize))
 }
 
 // IsMonotonic: raft-wal is (wal.go, IsMonotonic).

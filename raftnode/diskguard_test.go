@@ -213,6 +213,45 @@ func TestDiskGuardReopensWhenSpaceReturns(t *testing.T) {
 	}
 }
 
+// A deletion of the log's tail on a full disk fails before raft-wal
+// commits it: raft-wal would commit it to its metadata, fail to create the
+// new segment, and a reopen would then show a log shorter than raft
+// believes it is.
+func TestDiskGuardTruncatesOnlyWithRoom(t *testing.T) {
+	mnt := mountTmpfs(t, 8<<20)
+	dir := filepath.Join(mnt, "wal")
+	g, err := openWAL(dir, testLogger(t, "guard"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	g.retry = 20 * time.Millisecond
+	var fence fenceRecorder
+	g.attach(fence.raise, fence.lower, nil)
+	for i := uint64(1); i <= 100; i++ {
+		if err := g.StoreLogs([]*raft.Log{entry(i, 1000)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bal := ballast(t, mnt, 256<<10)
+	if err := g.DeleteRange(91, 100); !errors.Is(err, ErrStorage) || !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("deleting the tail on a full disk: %v, want ErrStorage and ENOSPC", err)
+	}
+	if err := os.Remove(bal); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "the fence to come down", func() bool { return fence.lowered.Load() == 1 })
+	if last, err := g.LastIndex(); err != nil || last != 100 {
+		t.Fatalf("after the failed deletion and a reopen the log ends at %d (%v), want 100", last, err)
+	}
+	if err := g.DeleteRange(91, 100); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.StoreLogs([]*raft.Log{entry(91, 10)}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // failingMeta is raft-wal's metadata store, whose commits fail while fail
 // is set.
 type failingMeta struct {
