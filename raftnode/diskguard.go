@@ -63,6 +63,9 @@ const (
 	diskReopenNeeds = 2
 	// diskStillFull is how often a node still waiting for space says so.
 	diskStillFull = 30 * time.Second
+	// probePattern names probeSpace's files in the log's directory
+	// (raft-wal's Open ignores all but *.wal files).
+	probePattern = ".space-probe-*"
 )
 
 // segmentSizeFor picks raft-wal's segment size for a log in dir: the
@@ -423,6 +426,15 @@ func (g *diskGuard) Close() error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.w.Close()
+}
+
+// removeProbes removes what probeSpace left in dir when the process
+// stopped in the middle (each holds a segment's worth of space).
+func removeProbes(dir string) {
+	probes, _ := filepath.Glob(filepath.Join(dir, probePattern))
+	for _, p := range probes {
+		os.Remove(p)
+	}
 }
 
 // completeRotation finishes, in raft-wal's metadata, a rotation whose seal

@@ -105,12 +105,22 @@ func entry(i uint64, size int) *raft.Log {
 func TestDiskGuardReopensWhenSpaceReturns(t *testing.T) {
 	mnt := mountTmpfs(t, 8<<20)
 	dir := filepath.Join(mnt, "wal")
+	stale := filepath.Join(dir, ".space-probe-123") // a probe a crash left behind
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(stale, make([]byte, 1<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	var logs syncBuffer
 	g, err := openWAL(dir, bufferLogger(t, &logs))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer g.Close()
+	if _, err := os.Stat(stale); !os.IsNotExist(err) {
+		t.Fatalf("a stale space probe is still there: %v", err)
+	}
 	if g.segSize != 2<<20 {
 		t.Fatalf("segment size on an 8 MiB tmpfs: %d, want 2 MiB", g.segSize)
 	}

@@ -19,7 +19,7 @@ func diskSpace(path string) (free, total uint64, ok bool) {
 // probeSpace checks that size bytes can be allocated in dir, as raft-wal
 // allocates a new segment (fallocate, raft-wal fs/fs.go), and frees them.
 func probeSpace(dir string, size int64) error {
-	f, err := os.CreateTemp(dir, ".space-probe-*")
+	f, err := os.CreateTemp(dir, probePattern)
 	if err != nil {
 		return err
 	}

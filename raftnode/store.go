@@ -107,6 +107,7 @@ func openWAL(dir string, logger hclog.Logger) (*diskGuard, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("raftnode: %w", err)
 	}
+	removeProbes(dir) // before measuring the free space they hold
 	segSize, err := segmentSizeFor(dir)
 	if err != nil {
 		return nil, err
