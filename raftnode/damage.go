@@ -26,8 +26,12 @@ func (d *storageDamage) Error() string {
 	if d.Index > 0 {
 		at = fmt.Sprintf(" from index %d", d.Index)
 	}
+	what := map[string]string{"log": "raft log", "stable": "term and vote store", "snapshot": "snapshot"}[d.Store]
+	if what == "" {
+		what = d.Store
+	}
 	return fmt.Sprintf("this node's %s is damaged%s (%s: %s); it serves no clients, votes in no election and stands for none until it is repaired from the leader",
-		d.Store, at, d.Path, d.Reason)
+		what, at, d.Path, d.Reason)
 }
 
 // ErrDamaged matches every *storageDamage.

@@ -112,7 +112,7 @@ func newCheckedLogs(inner raft.LogStore, dataDir, path string) (*checkedLogs, er
 		return nil, fmt.Errorf("raftnode: reading the log's last index: %w", err)
 	}
 	c.since = last + 1
-	if err := writeFileSync(file, encodeLogSumsFile(c.since)); err != nil {
+	if err := writeFileDurably(file, encodeLogSumsFile(c.since)); err != nil {
 		return nil, fmt.Errorf("raftnode: recording where the log's checksums start: %w", err)
 	}
 	return c, nil

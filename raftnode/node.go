@@ -97,7 +97,10 @@ func (n *Node) open(fsm raft.FSM) error {
 	}
 	n.stores = st
 	n.logs = st.logs
-	store := st.stable
+	store := st.checked
+	if err := n.checkStores(); err != nil {
+		return err
+	}
 	fileSnaps, err := raft.NewFileSnapshotStoreWithLogger(
 		filepath.Join(cfg.DataDir, "snapshots"), snapshotsRetained, n.logger.Named("snapshots"))
 	if err != nil {
@@ -121,6 +124,10 @@ func (n *Node) open(fsm raft.FSM) error {
 	switch {
 	case hasState && len(cfg.Bootstrap) > 0:
 		n.logger.Debug("existing raft state found; ignoring Bootstrap")
+	case !hasState && len(cfg.Bootstrap) > 0 && n.Damaged() != nil:
+		// Its state was dropped as damaged: bootstrapping would start a
+		// second cluster. It waits for the leader instead.
+		n.logger.Error("not bootstrapping: this node's stores were damaged; it waits to be repaired by the cluster's leader")
 	case !hasState && len(cfg.Bootstrap) > 0:
 		conf, err := n.bootstrapConfiguration(cfg.Bootstrap)
 		if err != nil {
@@ -135,7 +142,6 @@ func (n *Node) open(fsm raft.FSM) error {
 	}
 
 	n.loadDiverged()
-	n.loadDamaged()
 	n.fsm = newTrackingFSM(fsm, n.logger)
 	n.fsm.onCheckpoint = n.checkpointed
 	n.fsm.chain.plant = plantDivergence(cfg.ID, n.logger)

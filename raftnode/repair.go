@@ -45,6 +45,9 @@ const repairPoll = 200 * time.Millisecond
 // markDamaged fences the node as damaged and records d in the data
 // directory (durably: a crash right after must not forget it).
 func (n *Node) markDamaged(d *storageDamage) {
+	if prev, _ := n.Damaged().(*storageDamage); prev != nil && prev.Store == d.Store && prev.Index == d.Index {
+		return // the same damage, read again
+	}
 	if !n.fences.set(fenceDamaged, d) {
 		n.logger.Error("more storage damage found", "store", d.Store, "path", d.Path, "index", d.Index, "reason", d.Reason)
 		return
@@ -52,9 +55,36 @@ func (n *Node) markDamaged(d *storageDamage) {
 	n.logger.Error("STORAGE DAMAGED: this node serves no clients, votes in no election and stands for none until repaired from the leader (README, Guarantees)",
 		"store", d.Store, "path", d.Path, "index", d.Index, "reason", d.Reason)
 	b, _ := json.Marshal(d)
-	if err := writeFileSync(filepath.Join(n.cfg.DataDir, damagedFile), append(b, '\n')); err != nil {
+	if err := writeFileDurably(filepath.Join(n.cfg.DataDir, damagedFile), append(b, '\n')); err != nil {
 		n.logger.Error("could not record the damage in the data directory", "error", err)
 	}
+}
+
+// checkStores fences the node for the damage an earlier run recorded and
+// for whatever the checks at open found (store.go: the bolt meta pages and
+// the term/vote shadow, raft-wal's tail, every log entry's checksum;
+// snapcheck.go: the snapshots), records it, and only then drops the
+// damaged log suffix. It runs before raft starts: a damaged node never
+// votes, not even once.
+func (n *Node) checkStores() error {
+	n.loadDamaged()
+	dir := snapshotsDir(n.cfg.DataDir)
+	if err := removePartialSnapshots(dir, n.logger); err != nil {
+		return err
+	}
+	d, err := checkSnapshots(dir, n.stores.sums, n.logger)
+	if err != nil {
+		return fmt.Errorf("raftnode: checking the snapshots in %s: %w", dir, err)
+	}
+	n.stores.addDamage(d)
+	for _, d := range n.stores.damage {
+		n.markDamaged(d)
+	}
+	if err := n.stores.dropDamagedSuffix(); err != nil {
+		return err
+	}
+	n.stores.sums.setOnDamage(n.markDamaged)
+	return nil
 }
 
 // loadDamaged fences the node at start if an earlier run found damage
@@ -88,6 +118,14 @@ func (n *Node) runRepair() {
 		if n.Damaged() == nil {
 			continue
 		}
+		if n.raft.State() == raft.Leader {
+			// Damage found at run time by a read: hand over (a damaged
+			// node is never elected, but it may have been leading).
+			if err := n.raft.LeadershipTransfer().Error(); err != nil {
+				n.logger.Error("a damaged leader could not hand leadership over", "error", err)
+			}
+			continue
+		}
 		term, leader, ok := n.repaired()
 		if !ok {
 			continue
@@ -102,77 +140,43 @@ func (n *Node) runRepair() {
 // repaired reports whether this node's log now provably holds every
 // committed entry: it follows a leader of term T, and the entry at its
 // commit index is of term T and applied.
-func (n *Node) repaired() (term uint64, leader raft.ServerID, ok bool) {
+func (n *Node) repaired() (term uint64, leader raft.Server, ok bool) {
 	if n.raft.State() != raft.Follower {
-		return 0, "", false
+		return 0, leader, false
 	}
-	_, leader = n.raft.LeaderWithID()
-	if leader == "" {
-		return 0, "", false
+	leader.Address, leader.ID = n.raft.LeaderWithID()
+	if leader.ID == "" {
+		return 0, leader, false
 	}
 	term = n.raft.CurrentTerm()
 	commit := n.raft.CommitIndex()
 	if commit == 0 || n.raft.AppliedIndex() < commit {
-		return 0, "", false
+		return 0, leader, false
 	}
 	var l raft.Log
 	if err := n.logs.GetLog(commit, &l); err != nil || l.Term != term {
-		return 0, "", false
+		return 0, leader, false
 	}
 	return term, leader, n.raft.CurrentTerm() == term
 }
 
-// finishRepair pins the vote at term (if the stable store can), removes
-// the marker and lifts the fence.
-func (n *Node) finishRepair(term uint64, leader raft.ServerID) error {
-	if p, ok := n.stores.stableStore().(interface {
-		pinVote(term uint64, candidate []byte) error
-	}); ok {
-		if err := p.pinVote(term, []byte(leader)); err != nil {
-			return fmt.Errorf("pinning the vote at term %d: %w", term, err)
-		}
+// finishRepair pins the vote at term, removes the marker and lifts the
+// fence. The vote names the leader as raft records a vote (the
+// transport's encoding of its address), so the leader itself is not
+// refused a vote it may already have had.
+func (n *Node) finishRepair(term uint64, leader raft.Server) error {
+	if err := n.stores.checked.pinVote(term, n.transport.EncodePeer(leader.ID, leader.Address)); err != nil {
+		return fmt.Errorf("pinning the vote at term %d: %w", term, err)
 	}
 	if err := os.Remove(filepath.Join(n.cfg.DataDir, damagedFile)); err != nil && !os.IsNotExist(err) {
 		return err
 	}
-	syncDir(n.cfg.DataDir)
+	if err := fsyncDir(n.cfg.DataDir); err != nil {
+		return err
+	}
 	d := n.Damaged()
 	n.fences.clear(fenceDamaged)
 	n.logger.Info("STORAGE REPAIRED: the log holds the leader's committed entries again; this node votes and serves again",
-		"term", term, "leader", leader, "commit_index", n.raft.CommitIndex(), "damage", d)
+		"term", term, "leader", leader.ID, "commit_index", n.raft.CommitIndex(), "damage", d)
 	return nil
-}
-
-// writeFileSync writes b to path through a temporary file, fsynced and
-// renamed, and fsyncs the directory.
-func writeFileSync(path string, b []byte) error {
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return err
-	}
-	syncDir(filepath.Dir(path))
-	return nil
-}
-
-// syncDir makes a rename or removal in dir durable (best effort).
-func syncDir(dir string) {
-	if d, err := os.Open(dir); err == nil {
-		d.Sync()
-		d.Close()
-	}
 }

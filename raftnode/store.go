@@ -31,10 +31,14 @@ const (
 // stores are the node's persistent stores: the stable store (term, vote)
 // is always raft.db; the log is raft-wal's or raft.db's.
 type stores struct {
-	stable *raftboltdb.BoltStore // raft.db
-	logs   raft.LogStore         // behind a LogCache; monotonic
-	wal    *diskGuard            // raft-wal, reopened after a full disk (diskguard.go); nil with the bolt log
-	lock   *os.File              // the data directory's lock
+	stable   *raftboltdb.BoltStore // raft.db
+	checked  *checkedStable        // stable behind its shadow record (stablecheck.go): what raft uses
+	logs     raft.LogStore         // behind a LogCache; monotonic
+	sums     *checkedLogs          // the log's checksums (logcheck.go), under the cache
+	damage   []*storageDamage      // what the checks at open found
+	dropFrom uint64                // the first log index to drop as damaged (0: none)
+	wal      *diskGuard            // raft-wal, reopened after a full disk (diskguard.go); nil with the bolt log
+	lock     *os.File              // the data directory's lock
 }
 
 // openStores locks the data directory and opens the stores. A directory
@@ -51,6 +55,12 @@ func openStores(dir, kind string, logger hclog.Logger) (st *stores, err error) {
 		return st, err
 	}
 	boltPath := filepath.Join(dir, "raft.db")
+	// bbolt's meta pages are checked before bbolt opens the file: its
+	// first commit would overwrite a bad page and hide a rollback.
+	metaDamage, err := checkBoltMeta(boltPath)
+	if err != nil {
+		return st, err
+	}
 	st.stable, err = raftboltdb.New(raftboltdb.Options{
 		Path: boltPath,
 		// The freelist is rebuilt from the pages when the file is opened, so
@@ -63,6 +73,11 @@ func openStores(dir, kind string, logger hclog.Logger) (st *stores, err error) {
 	if err != nil {
 		return st, fmt.Errorf("raftnode: open %s: %w", boltPath, err)
 	}
+	var stableDamage *storageDamage
+	if st.checked, stableDamage, err = newCheckedStable(st.stable, dir, metaDamage, logger); err != nil {
+		return st, err
+	}
+	st.addDamage(stableDamage)
 	walDir := filepath.Join(dir, "wal")
 	_, statErr := os.Stat(walDir)
 	hasWAL := statErr == nil
@@ -89,16 +104,91 @@ func openStores(dir, kind string, logger hclog.Logger) (st *stores, err error) {
 	default:
 		return st, fmt.Errorf("raftnode: invalid config: LogStore=%q: want %q or %q", kind, LogStoreWAL, LogStoreBolt)
 	}
-	cache, err := raft.NewLogCache(logCacheSize, log)
+	if err := st.checkLog(dir, walDir, boltPath, log); err != nil {
+		return st, err
+	}
+	var under raft.LogStore = st.sums // monotonic: raft removes every old entry after installing a snapshot
+	if !workarounds.monotonicLogs && st.wal == nil {
+		under = plainLogs{st.sums} // tests that show the library alone
+	}
+	cache, err := raft.NewLogCache(logCacheSize, under)
 	if err != nil {
 		return st, fmt.Errorf("raftnode: log cache: %w", err)
 	}
 	st.logs = cache
-	if workarounds.monotonicLogs && st.wal == nil {
-		st.logs = monotonicLogs{cache} // raft-wal is monotonic itself
-	}
 	return st, nil
 }
+
+// checkLog wraps the log in its checksums and verifies it before anything
+// is appended (an append would overwrite the evidence): raft-wal's tail
+// segment for committed batches its recovery dropped (walscan.go), then
+// every entry's checksum, index and term (logcheck.go). A damaged suffix
+// is dropped once the damage is recorded (dropDamagedSuffix); the node is
+// fenced until repaired (repair.go).
+func (st *stores) checkLog(dir, walDir, boltPath string, log raft.LogStore) error {
+	path := boltPath
+	if st.wal != nil {
+		path = walDir
+		last, err := log.LastIndex()
+		if err != nil {
+			return fmt.Errorf("raftnode: reading the log: %w", err)
+		}
+		d, err := scanWALTail(walDir, last)
+		if err != nil {
+			return fmt.Errorf("raftnode: checking the raft-wal tail in %s: %w", walDir, err)
+		}
+		st.addDamage(d)
+	}
+	sums, err := newCheckedLogs(log, dir, path)
+	var d *storageDamage
+	if errors.As(err, &d) {
+		st.addDamage(d)
+		return fmt.Errorf("raftnode: %w (move %s aside only if you know why it is damaged)", err, filepath.Join(dir, logSumsFile))
+	}
+	if err != nil {
+		return err
+	}
+	st.sums = sums
+	d, err = verifyLog(sums)
+	if err != nil {
+		return fmt.Errorf("raftnode: verifying the log in %s: %w", path, err)
+	}
+	if d == nil {
+		return nil
+	}
+	st.addDamage(d)
+	st.dropFrom = d.Index
+	return nil
+}
+
+// dropDamagedSuffix deletes the log from the first damaged entry on. The
+// damage must be recorded first (DataDir/DAMAGED): the deletion overwrites
+// the evidence, and a crash in between must not forget it.
+func (st *stores) dropDamagedSuffix() error {
+	if st.dropFrom == 0 {
+		return nil
+	}
+	last, err := st.sums.LastIndex()
+	if err != nil {
+		return fmt.Errorf("raftnode: reading the log: %w", err)
+	}
+	if last >= st.dropFrom {
+		if err := st.sums.DeleteRange(st.dropFrom, last); err != nil {
+			return fmt.Errorf("raftnode: dropping the damaged log suffix %d-%d: %w", st.dropFrom, last, err)
+		}
+	}
+	st.dropFrom = 0
+	return nil
+}
+
+func (st *stores) addDamage(d *storageDamage) {
+	if d != nil {
+		st.damage = append(st.damage, d)
+	}
+}
+
+// plainLogs hides a store's IsMonotonic.
+type plainLogs struct{ raft.LogStore }
 
 // openWAL opens the raft-wal log in dir behind a diskGuard. Its segments
 // are smaller than raft-wal's 64 MiB when the disk has little room
@@ -186,9 +276,6 @@ func dropBoltLog(bolt *raftboltdb.BoltStore, logger hclog.Logger) error {
 	logger.Info("deleted the old log in raft.db, now in raft-wal", "first", first, "last", last)
 	return nil
 }
-
-// stableStore is the stable store as raft uses it.
-func (s *stores) stableStore() raft.StableStore { return s.stable }
 
 func (s *stores) close() error {
 	var errs []error
