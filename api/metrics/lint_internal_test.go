@@ -19,6 +19,7 @@ type fakeReplica struct{}
 
 func (fakeReplica) Diverged() error                       { return nil }
 func (fakeReplica) FenceReasons() map[string]bool         { return nil }
+func (fakeReplica) ApplyLag() time.Duration               { return 0 }
 func (fakeReplica) CheckpointsVerified() uint64           { return 2 }
 func (fakeReplica) AppliedHash() (uint64, [32]byte, bool) { return 9, [32]byte{}, true }
 

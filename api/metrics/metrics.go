@@ -81,6 +81,7 @@ package metrics
 
 import (
 	"net/http"
+	"time"
 
 	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"github.com/prometheus/client_golang/prometheus"
@@ -188,6 +189,7 @@ func (m *Metrics) Applied(index uint64, ap fsm.Applied) {
 type Replica interface {
 	Diverged() error
 	FenceReasons() map[string]bool
+	ApplyLag() time.Duration
 	CheckpointsVerified() uint64
 	AppliedHash() (index uint64, hash [32]byte, known bool)
 }
@@ -212,6 +214,10 @@ func (m *Metrics) Replica(r Replica) {
 		}))
 	}
 	m.reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "lockcluster_replica_apply_lag_seconds",
+			Help: "How long ago the leader announced the oldest commit index this node has not applied yet (0 when it is caught up); at 5s the node is fenced as behind.",
+		}, func() float64 { return r.ApplyLag().Seconds() }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "lockcluster_replica_diverged",
 			Help: "1 when this replica found, at a checkpoint, that its applied history differs from the leader's; it then refuses every client request.",
