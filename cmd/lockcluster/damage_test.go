@@ -4,7 +4,6 @@ import (
 	"context"
 	binenc "encoding/binary"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -200,7 +199,7 @@ func TestFlippedFrameHeaderLosesNoGrant(t *testing.T) {
 		t.Fatalf("%s leads with the leader down: the damaged node voted or stood for election; %d acknowledged grants contradicted, first: %v",
 			pc.Nodes[lead].ID, len(g.problems), g.problems[:min(len(g.problems), 3)])
 	}
-	code, body := getReadyz(pc.Nodes[damaged].HTTP)
+	code, body := readyzOf(pc.Nodes[damaged].HTTP)
 	if code != http.StatusServiceUnavailable || !strings.Contains(body, "damaged") {
 		t.Fatalf("the damaged node's /readyz: %d %q, want 503 naming the damage", code, body)
 	}
@@ -209,7 +208,7 @@ func TestFlippedFrameHeaderLosesNoGrant(t *testing.T) {
 	pc.start(leader)
 	pc.leader(30 * time.Second)
 	waitFor(t, 30*time.Second, "the damaged node to be repaired", func() bool {
-		code, _ := getReadyz(pc.Nodes[damaged].HTTP)
+		code, _ := readyzOf(pc.Nodes[damaged].HTTP)
 		return code == http.StatusOK
 	})
 	load2, stopLoad2 := context.WithCancel(ctx)
@@ -222,19 +221,6 @@ func TestFlippedFrameHeaderLosesNoGrant(t *testing.T) {
 		t.Error(p)
 	}
 	t.Logf("%d grants checked", g.count())
-}
-
-// getReadyz returns the status code and body of a node's /readyz (0 when
-// it does not answer).
-func getReadyz(httpAddr string) (int, string) {
-	c := http.Client{Timeout: time.Second}
-	resp, err := c.Get("http://" + httpAddr + "/readyz")
-	if err != nil {
-		return 0, ""
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
 }
 
 // A follower stopped, one byte of its disk flipped, started again: it finds
@@ -269,7 +255,7 @@ func TestFlippedByteOnAFollowerIsRepaired(t *testing.T) {
 			pc.start(f)
 			code, body := 0, ""
 			waitFor(t, 30*time.Second, "the follower to answer /readyz", func() bool {
-				code, body = getReadyz(pc.Nodes[f].HTTP)
+				code, body = readyzOf(pc.Nodes[f].HTTP)
 				return code != 0
 			})
 			if code != http.StatusServiceUnavailable || !strings.Contains(body, "damaged") {
@@ -277,7 +263,7 @@ func TestFlippedByteOnAFollowerIsRepaired(t *testing.T) {
 			}
 			t.Logf("it says: %s", strings.TrimSpace(body))
 			waitFor(t, 30*time.Second, "the follower to be repaired", func() bool {
-				code, _ := getReadyz(pc.Nodes[f].HTTP)
+				code, _ := readyzOf(pc.Nodes[f].HTTP)
 				return code == http.StatusOK
 			})
 			waitFor(t, time.Minute, "grants after the repair", func() bool { return g.count() >= before+200 })

@@ -59,26 +59,7 @@ func startOnTmpfs(t *testing.T, n int, size uint64) (*procCluster, []string) {
 	}
 	cfg := proccluster.Config{Bin: binary(t), Nodes: n, Dir: t.TempDir(), Keep: true,
 		NodeDir: func(i int) string { return filepath.Join(mnts[i], "data") }}
-	c, err := proccluster.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pc := &procCluster{Cluster: c, t: t, bin: cfg.Bin}
-	t.Cleanup(func() {
-		checkAppliedHashes(t, pc.RunningHTTP())
-		pc.Stop()
-		if t.Failed() {
-			for _, p := range pc.Nodes {
-				b, _ := os.ReadFile(p.Log)
-				t.Logf("--- %s log:\n%s", p.ID, b)
-			}
-		}
-	})
-	if err := c.StartAll(); err != nil {
-		t.Fatal(err)
-	}
-	pc.leader(15 * time.Second)
-	return pc, mnts
+	return startProcsConfig(t, cfg), mnts
 }
 
 // resizeTmpfs gives the tmpfs at m a new size.

@@ -79,11 +79,17 @@ func startProcsWith(t *testing.T, n int, extra func(id string) []string, opts []
 	if extra != nil {
 		cfg.Extra = func(c *proccluster.Cluster, i int) []string { return extra(c.Nodes[i].ID) }
 	}
+	return startProcsConfig(t, cfg)
+}
+
+// startProcsConfig starts the cluster cfg describes, as startProcsWith.
+func startProcsConfig(t *testing.T, cfg proccluster.Config) *procCluster {
+	t.Helper()
 	c, err := proccluster.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	pc := &procCluster{Cluster: c, t: t, bin: cfg.Bin, opts: opts}
+	pc := &procCluster{Cluster: c, t: t, bin: cfg.Bin, opts: cfg.Admin}
 	t.Cleanup(func() {
 		checkAppliedHashes(t, pc.RunningHTTP())
 		pc.Stop()
