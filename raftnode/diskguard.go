@@ -168,6 +168,12 @@ var (
 // newDiskGuard opens the log with open and starts the goroutine that
 // brings it back after a failed write.
 func newDiskGuard(dir string, segSize int, open func() (*wal.WAL, error), logger hclog.Logger) (*diskGuard, error) {
+	// A WAL closed (or a process stopped) right after an append that
+	// sealed a segment, before the background rotation recorded it, opens
+	// sealed too (wal.go: runRotate gives up once the WAL is closed).
+	if err := completeRotation(dir, segSize, logger); err != nil {
+		return nil, err
+	}
 	w, err := open()
 	if err != nil {
 		return nil, err

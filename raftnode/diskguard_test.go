@@ -436,3 +436,47 @@ func TestFullDiskNodeRecoversWithoutRestart(t *testing.T) {
 		t.Fatalf("last entry %q", got[len(got)-1])
 	}
 }
+
+// A WAL closed right after the append that sealed its segment, before the
+// background rotation recorded the seal (wal.go, runRotate gives up once
+// the WAL is closed), opens with its tail sealed; raft-wal alone then
+// refuses every append, across restarts. The guard completes the rotation
+// when it opens.
+func TestDiskGuardOpensAWALClosedMidRotation(t *testing.T) {
+	const seg = 32 << 10
+	sealedSeen := 0
+	for trial := range 20 {
+		dir := t.TempDir()
+		open := func() (*wal.WAL, error) { return wal.Open(dir, wal.WithSegmentSize(seg)) }
+		w, err := open()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var batch []*raft.Log
+		for i := uint64(1); i <= 400; i++ { // 400 entries of 100 bytes fill a 32 KiB segment
+			batch = append(batch, entry(i, 100))
+		}
+		if err := w.StoreLogs(batch); err != nil {
+			t.Fatal(err)
+		}
+		w.Close() // races the rotation the append started
+
+		if w, err := open(); err == nil { // what raft-wal alone does with it
+			if err := w.StoreLogs([]*raft.Log{entry(401, 100)}); errors.Is(err, wal.ErrSealed) {
+				sealedSeen++
+			}
+			w.Close()
+		}
+		g, err := newDiskGuard(dir, seg, open, hclog.NewNullLogger())
+		if err != nil {
+			t.Fatalf("trial %d: %v", trial, err)
+		}
+		last, _ := g.LastIndex()
+		if err := g.StoreLogs([]*raft.Log{entry(last+1, 100)}); err != nil {
+			g.Close()
+			t.Fatalf("trial %d: an append after reopening: %v", trial, err)
+		}
+		g.Close()
+	}
+	t.Logf("raft-wal alone refused appends after %d of 20 closes mid-rotation", sealedSeen)
+}
