@@ -19,6 +19,73 @@
 // Raft reads the three values from checkedStable's memory, never from
 // bbolt again, so a corruption of raft.db after the open is not used
 // either.
+//
+// # The shadow file
+//
+// stable.shadow is two fixed slots of stableSlotSize bytes, each on its
+// own 4 KiB page, so that a write of one never touches the other's
+// sectors. It is created once, complete (a temporary file fsynced, renamed,
+// and the directory fsynced), and then kept open for the store's life and
+// only ever overwritten in place: a change writes the record with the next
+// sequence number into slot seq % 2 (WriteAt, then fsync). No write after
+// the creation allocates a block, creates a file, renames or touches the
+// directory, for two reasons:
+//
+//   - hashicorp/raft panics when it cannot save a term or a vote (raft.go
+//     setCurrentTerm: "failed to save current term"). On a full disk,
+//     which the node otherwise survives (diskguard.go: it is fenced and
+//     recovers once space returns), a write that needed a new inode or new
+//     blocks would crash the process at the next election. Overwriting
+//     blocks the file already has needs no space, as bbolt's rewrite of
+//     pages it already has (its freelist) needs none. (On a copy-on-write
+//     file system, btrfs or ZFS, every overwrite allocates; so does bbolt's
+//     there.)
+//   - the open file works whatever becomes of the directory's entries.
+//
+// The slot (integers big-endian):
+//
+//	magic "LCSTBL02"                              8 bytes
+//	seq                                           u64
+//	3 × value: present u8 | len u32 | bytes
+//	damaged:   len u32 | bytes
+//	zeros up to the CRC
+//	CRC-32C (Castagnoli) of every byte before it  u32, the slot's last 4 bytes
+//
+// The CRC covers the whole slot at a fixed place, so that any one flipped
+// bit in the slot, a length included, fails it. A slot is valid when its
+// CRC, its magic and its fields check and its seq % 2 is its index. The
+// shadow is the valid slot with the higher seq; the other slot holds the
+// record the last write replaced (seq one less), which is what a crash
+// between the shadow write and bbolt's leaves in bbolt. What a check at
+// open finds, with the reasons (the shadow is always written first, and
+// bbolt only once the shadow write returned):
+//
+//   - Both slots valid, bbolt equal to the newer: fine.
+//   - Both slots valid, bbolt holds, for each key where it differs from the
+//     newer slot, the older slot's value: the node stopped after the shadow
+//     write and before bbolt's. bbolt is repaired from the newer slot and
+//     that is logged. Adopting the newer term or vote is always safe: raft
+//     had not acted on it, and a recorded vote only restricts.
+//   - One slot invalid, bbolt equal to the valid one. Either the invalid
+//     slot is the older one, damaged (harmless: nothing in it is served),
+//     or it is the newer one, torn by a crash during its write, or
+//     damaged after a write that never reached bbolt; in every case raft
+//     had not acted on what it held. Fine, logged as a warning; the next
+//     change rewrites that slot, as it is the next one in turn.
+//   - One slot invalid, bbolt different from the valid one: bbolt holds a
+//     value newer than any valid slot. With the shadow written first that
+//     is impossible unless the newer slot was damaged after it was written
+//     (or the older one damaged and a crash came between the writes: two
+//     faults, told apart from nothing). Damage; bbolt's values are served
+//     (they were the newer slot's).
+//   - Both slots invalid, or a file of another size: damage; bbolt's
+//     values are served.
+//   - Both slots valid, bbolt different from both: damage (bbolt's data
+//     page or meta page was damaged); the newer slot is served.
+//
+// A shadow file found damaged is kept as stable.shadow.corrupt and a new
+// one created. The damage is recorded in the shadow (damaged), so that it
+// is reported again at every open until pinVote clears it.
 
 package raftnode
 
@@ -58,12 +125,20 @@ const (
 )
 
 const (
-	// stableShadowFile is the shadow record, in the data directory.
+	// stableShadowFile is the shadow, in the data directory.
 	stableShadowFile = "stable.shadow"
 	// stableShadowMarker is a key checkedStable sets in the inner store
 	// once a shadow exists, so that a shadow file lost later is told apart
 	// from a data directory written before shadows existed.
 	stableShadowMarker = "LockclusterStableShadow"
+	// stableSlotSize is the size of one slot of the shadow file; the file
+	// is two slots.
+	stableSlotSize   = 4096
+	stableShadowSize = 2 * stableSlotSize
+	// stableSlotHeader is the magic and the seq; the CRC is the slot's
+	// last 4 bytes.
+	stableSlotHeader = 16
+	stableSlotCRC    = stableSlotSize - 4
 )
 
 // errStableNotFound is what Get returns for a key that was never set. Raft
@@ -94,84 +169,73 @@ func (v stableValue) String() string {
 	}
 }
 
-// stableRecord is the content of the shadow file: the three values, the
-// values they replaced in the write that produced this record (so that a
-// crash after the shadow was written and before bbolt was is recognised:
-// bbolt then still holds exactly those), and whether the stable store was
+// stableRecord is the content of one slot of the shadow file: its
+// sequence number, the three values, and whether the stable store was
 // found damaged and not yet repaired (pinVote clears it).
 type stableRecord struct {
+	seq     uint64
 	vals    [stableKeyCount]stableValue
-	changed [stableKeyCount]bool
-	prev    [stableKeyCount]stableValue
 	damaged string
 }
 
-// The shadow file:
-//
-//	magic "LCSTBL01"
-//	3 × value:           present u8 | len u32 | bytes
-//	3 × change:          changed u8 [| present u8 | len u32 | bytes]
-//	damaged:             len u32 | bytes
-//	CRC-32C (Castagnoli) of all the above, u32
-//
-// Integers are big-endian.
-var stableShadowMagic = [8]byte{'L', 'C', 'S', 'T', 'B', 'L', '0', '1'}
+var stableShadowMagic = [8]byte{'L', 'C', 'S', 'T', 'B', 'L', '0', '2'}
 
 var stableShadowTable = crc32.MakeTable(crc32.Castagnoli)
 
-// encode renders r as the shadow file holds it, CRC last.
-func (r *stableRecord) encode() []byte {
-	b := append([]byte(nil), stableShadowMagic[:]...)
-	value := func(v stableValue) {
+// encode renders r as a slot of the shadow file, stableSlotSize bytes. A
+// damage reason too long for the slot is cut (it is only words); values
+// too long for it are an error.
+func (r *stableRecord) encode() ([]byte, error) {
+	b := make([]byte, 0, stableSlotSize)
+	b = append(b, stableShadowMagic[:]...)
+	b = binary.BigEndian.AppendUint64(b, r.seq)
+	for _, v := range r.vals {
 		if !v.ok {
 			b = append(b, 0)
 			b = binary.BigEndian.AppendUint32(b, 0)
-			return
+			continue
 		}
 		b = append(b, 1)
 		b = binary.BigEndian.AppendUint32(b, uint32(len(v.b)))
 		b = append(b, v.b...)
 	}
-	for _, v := range r.vals {
-		value(v)
+	room := stableSlotCRC - len(b) - 4
+	if room < 0 {
+		return nil, fmt.Errorf("raftnode: stable store: the term and vote take %d bytes, more than a shadow slot holds (%d)", len(b)+4, stableSlotCRC)
 	}
-	for k := range r.vals {
-		if !r.changed[k] {
-			b = append(b, 0)
-			continue
-		}
-		b = append(b, 1)
-		value(r.prev[k])
+	damaged := r.damaged
+	if len(damaged) > room {
+		const cut = " [cut]"
+		damaged = damaged[:max(room-len(cut), 0)] + cut
+		damaged = damaged[:min(len(damaged), room)]
 	}
-	b = binary.BigEndian.AppendUint32(b, uint32(len(r.damaged)))
-	b = append(b, r.damaged...)
-	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b, stableShadowTable))
+	b = binary.BigEndian.AppendUint32(b, uint32(len(damaged)))
+	b = append(b, damaged...)
+	b = b[:stableSlotSize] // the rest is zero
+	binary.BigEndian.PutUint32(b[stableSlotCRC:], crc32.Checksum(b[:stableSlotCRC], stableShadowTable))
+	return b, nil
 }
 
-// decodeStableRecord parses a shadow file; the error says what is wrong
-// with it.
-func decodeStableRecord(b []byte) (stableRecord, error) {
+// decodeStableSlot parses slot index i of a shadow file; the error says
+// what is wrong with it.
+func decodeStableSlot(b []byte, i int) (stableRecord, error) {
 	var r stableRecord
-	if len(b) < len(stableShadowMagic)+4 {
-		return r, fmt.Errorf("%d bytes, too short", len(b))
+	if len(b) != stableSlotSize {
+		return r, fmt.Errorf("%d bytes, not %d", len(b), stableSlotSize)
 	}
-	body, sum := b[:len(b)-4], binary.BigEndian.Uint32(b[len(b)-4:])
-	if got := crc32.Checksum(body, stableShadowTable); got != sum {
+	sum := binary.BigEndian.Uint32(b[stableSlotCRC:])
+	if got := crc32.Checksum(b[:stableSlotCRC], stableShadowTable); got != sum {
 		return r, fmt.Errorf("CRC mismatch: stored %08x, computed %08x", sum, got)
 	}
-	if !bytes.Equal(body[:len(stableShadowMagic)], stableShadowMagic[:]) {
-		return r, fmt.Errorf("bad magic %q", body[:len(stableShadowMagic)])
+	if !bytes.Equal(b[:len(stableShadowMagic)], stableShadowMagic[:]) {
+		return r, fmt.Errorf("bad magic %q", b[:len(stableShadowMagic)])
 	}
-	p := body[len(stableShadowMagic):]
+	r.seq = binary.BigEndian.Uint64(b[len(stableShadowMagic):])
+	if r.seq%2 != uint64(i) {
+		return r, fmt.Errorf("seq %d in slot %d", r.seq, i)
+	}
+	p := b[stableSlotHeader:stableSlotCRC]
 	short := errors.New("truncated record")
-	u8 := func() (byte, error) {
-		if len(p) < 1 {
-			return 0, short
-		}
-		c := p[0]
-		p = p[1:]
-		return c, nil
-	}
 	bytesN := func() ([]byte, error) {
 		if len(p) < 4 {
 			return nil, short
@@ -185,36 +249,18 @@ func decodeStableRecord(b []byte) (stableRecord, error) {
 		p = p[n:]
 		return v, nil
 	}
-	value := func() (stableValue, error) {
-		present, err := u8()
-		if err != nil {
-			return stableValue{}, err
+	for k := range r.vals {
+		if len(p) < 1 {
+			return r, short
 		}
+		present := p[0]
+		p = p[1:]
 		v, err := bytesN()
 		if err != nil || present > 1 || (present == 0 && len(v) > 0) {
-			return stableValue{}, errors.Join(err, errors.New("malformed value"))
+			return r, errors.Join(err, fmt.Errorf("malformed %s", stableKeys[k]))
 		}
-		if present == 0 {
-			return stableValue{}, nil
-		}
-		return stableValue{ok: true, b: v}, nil
-	}
-	var err error
-	for k := range r.vals {
-		if r.vals[k], err = value(); err != nil {
-			return r, err
-		}
-	}
-	for k := range r.vals {
-		c, err := u8()
-		if err != nil || c > 1 {
-			return r, errors.Join(err, errors.New("malformed change"))
-		}
-		if c == 1 {
-			r.changed[k] = true
-			if r.prev[k], err = value(); err != nil {
-				return r, err
-			}
+		if present == 1 {
+			r.vals[k] = stableValue{ok: true, b: v}
 		}
 	}
 	d, err := bytesN()
@@ -222,29 +268,71 @@ func decodeStableRecord(b []byte) (stableRecord, error) {
 		return r, err
 	}
 	r.damaged = string(d)
-	if len(p) != 0 {
-		return r, fmt.Errorf("%d bytes after the record", len(p))
-	}
 	return r, nil
+}
+
+// stableShadow is what a shadow file holds, as newCheckedStable reads it.
+type stableShadow struct {
+	slots   [2]stableRecord
+	slotErr [2]error // why each slot is invalid; nil when valid
+	err     error    // why the file as a whole is unusable; nil if one slot is valid
+}
+
+// readStableShadow reads and checks the slots of a shadow file of size
+// bytes, open as f.
+func readStableShadow(f *os.File, size int64) (s stableShadow, err error) {
+	if size != stableShadowSize {
+		s.err = fmt.Errorf("the file is %d bytes, not %d", size, stableShadowSize)
+		return s, nil
+	}
+	b := make([]byte, stableShadowSize)
+	if _, err := f.ReadAt(b, 0); err != nil {
+		return s, err
+	}
+	for i := range s.slots {
+		s.slots[i], s.slotErr[i] = decodeStableSlot(b[i*stableSlotSize:(i+1)*stableSlotSize], i)
+	}
+	if s.slotErr[0] != nil && s.slotErr[1] != nil {
+		s.err = fmt.Errorf("neither slot is valid (slot 0: %v; slot 1: %v)", s.slotErr[0], s.slotErr[1])
+	}
+	return s, nil
+}
+
+// newest returns the index of the valid slot with the higher seq (s.err
+// must be nil), and whether the other slot is valid and holds the record
+// that newest replaced.
+func (s *stableShadow) newest() (i int, prevOK bool) {
+	switch {
+	case s.slotErr[0] != nil:
+		return 1, false
+	case s.slotErr[1] != nil:
+		return 0, false
+	case s.slots[1].seq > s.slots[0].seq:
+		i = 1
+	}
+	return i, s.slots[1-i].seq+1 == s.slots[i].seq
 }
 
 // checkedStable is a raft.StableStore around raft-boltdb's store whose
 // term and vote are checked against the shadow file at open and served
-// from memory afterwards. Every change is written to the shadow file
-// (temporary file, fsync, rename, fsync of the directory), then to the
-// inner store. Other keys go straight to the inner store. Safe for
-// concurrent use.
+// from memory afterwards. Every change is written to the shadow file (in
+// place, in the next slot, fsynced), then to the inner store. Other keys
+// go straight to the inner store. Safe for concurrent use.
 type checkedStable struct {
 	inner  raft.StableStore
 	path   string // the shadow file
 	logger hclog.Logger
+	// sync makes a slot write durable: (*os.File).Sync. A variable for
+	// the benchmark that compares fdatasync.
+	sync func(*os.File) error
 
 	mu  sync.Mutex
-	rec stableRecord // vals and damaged as the shadow file holds them; changed and prev unused
+	f   *os.File     // the shadow file, open for the store's life; nil once closed
+	rec stableRecord // the newest record in the shadow file: the values served
 	// innerBehind is set when a write to the inner store failed after
 	// the shadow file took it: the next write brings the inner store up
 	// to date first, so that the shadow never runs more than one write
-	// ahead of it.
+	// ahead of it (the older slot holds what the inner store has).
 	innerBehind bool
 }
 
@@ -261,28 +349,34 @@ func stableKeyIndex(k []byte) int {
 }
 
 // newCheckedStable opens the shadow of inner's term and vote in dir
-// (the data directory) and checks the two against each other:
+// (the data directory) and checks the two against each other, as the file
+// comment reasons out case by case:
 //
-//   - equal: fine.
-//   - inner holds, for the keys the last write changed, the values that
-//     write replaced (a crash between the shadow write and inner's): inner
-//     is repaired from the shadow, and that is logged. Adopting the newer
-//     term or vote is always safe.
+//   - the newer valid slot and inner equal: fine (a warning if the other
+//     slot is invalid).
+//   - inner holds, for each key where it differs from the newer slot, the
+//     older slot's value (a crash between the shadow write and inner's):
+//     inner is repaired from the shadow, and that is logged.
 //   - no shadow file, and inner does not carry the marker of one: a data
 //     directory written before shadows existed (or a new one). The shadow
 //     is created from inner's values, once, and that is logged.
-//   - anything else (another mismatch, a shadow that fails its CRC, a
-//     shadow lost while inner carries the marker, inner unreadable),
-//     or boltMeta, the result of checkBoltMeta on inner's file, is not
-//     nil: damage. The shadow is then rewritten with the values served
-//     (the shadow's if it was intact, else inner's) and marked damaged,
-//     so that the damage is reported at every open until pinVote; a
-//     shadow that failed its CRC is kept as stable.shadow.corrupt.
+//   - anything else (another mismatch, no valid slot, a shadow lost while
+//     inner carries the marker, inner unreadable), or boltMeta, the result
+//     of checkBoltMeta on inner's file, is not nil: damage. The values
+//     served are written to the shadow marked damaged, so that the damage
+//     is reported at every open until pinVote; a shadow file with an
+//     invalid slot is first kept as stable.shadow.corrupt.
 //
 // It must be called before raft reads the stable store. It returns an
-// error only when the files cannot be read or written at all.
-func newCheckedStable(inner raft.StableStore, dir string, boltMeta *storageDamage, logger hclog.Logger) (*checkedStable, *storageDamage, error) {
-	c := &checkedStable{inner: inner, path: filepath.Join(dir, stableShadowFile), logger: logger}
+// error only when the files cannot be read or written at all. The shadow
+// file stays open until close.
+func newCheckedStable(inner raft.StableStore, dir string, boltMeta *storageDamage, logger hclog.Logger) (cs *checkedStable, sd *storageDamage, err error) {
+	c := &checkedStable{inner: inner, path: filepath.Join(dir, stableShadowFile), logger: logger, sync: (*os.File).Sync}
+	defer func() {
+		if err != nil {
+			c.close()
+		}
+	}()
 	if err := os.Remove(c.path + ".tmp"); err != nil && !os.IsNotExist(err) {
 		return nil, nil, fmt.Errorf("raftnode: %w", err)
 	}
@@ -293,35 +387,62 @@ func newCheckedStable(inner raft.StableStore, dir string, boltMeta *storageDamag
 		return err == nil
 	}()
 
-	var shadow stableRecord
-	shadowOK := false
-	var shadowErr error // what is wrong with the shadow file, if it exists
-	b, err := os.ReadFile(c.path)
-	switch {
-	case os.IsNotExist(err):
-	case err != nil:
-		return nil, nil, fmt.Errorf("raftnode: reading %s: %w", c.path, err)
-	default:
-		if shadow, shadowErr = decodeStableRecord(b); shadowErr == nil {
-			shadowOK = true
+	var shadow stableShadow
+	exists := false
+	if f, err := os.OpenFile(c.path, os.O_RDWR, 0); err == nil {
+		c.f, exists = f, true
+		st, err := f.Stat()
+		if err == nil {
+			shadow, err = readStableShadow(f, st.Size())
 		}
+		if err != nil {
+			return nil, nil, fmt.Errorf("raftnode: reading %s: %w", c.path, err)
+		}
+	} else if !os.IsNotExist(err) {
+		return nil, nil, fmt.Errorf("raftnode: %w", err)
+	}
+	shadowOK := exists && shadow.err == nil
+	var cur, prev stableRecord // the newer slot, and the older one if it holds what cur replaced
+	var prevOK bool
+	var badSlot error // the other slot's error, if only one is valid
+	if shadowOK {
+		i, ok := shadow.newest()
+		cur, prevOK, badSlot = shadow.slots[i], ok, shadow.slotErr[1-i]
+		if prevOK {
+			prev = shadow.slots[1-i]
+		}
+		c.rec = cur
 	}
 
 	// damage, once reason is known: serve vals, record the damage in the
-	// shadow, report it.
+	// shadow, report it. A shadow file that is itself the damage found
+	// (keepShadow) is kept and replaced; otherwise the record is written in
+	// place.
+	keepShadow := exists && !shadowOK
 	boltPath := filepath.Join(dir, "raft.db")
 	const earlier = "found damaged by an earlier start and not repaired since: "
 	damage := func(path, reason string, vals [stableKeyCount]stableValue) (*checkedStable, *storageDamage, error) {
 		d := &storageDamage{Store: "stable", Path: path, Reason: reason}
 		reason = strings.TrimPrefix(reason, earlier) // what the shadow records: the first finding
-		if shadowErr != nil {
+		rec := stableRecord{vals: vals, damaged: reason}
+		switch {
+		case keepShadow:
+			c.f.Close()
+			c.f = nil
 			if err := os.Rename(c.path, c.path+".corrupt"); err != nil {
 				return nil, nil, fmt.Errorf("raftnode: keeping the damaged %s: %w", c.path, err)
 			}
-		}
-		c.rec = stableRecord{vals: vals, damaged: reason}
-		if err := writeFileDurably(c.path, c.rec.encode()); err != nil {
-			return nil, nil, fmt.Errorf("raftnode: %w", err)
+			if err := c.create(rec); err != nil {
+				return nil, nil, err
+			}
+		case !exists:
+			if err := c.create(rec); err != nil {
+				return nil, nil, err
+			}
+		case !sameRecord(c.rec, rec):
+			if err := c.writeLocked(rec); err != nil {
+				return nil, nil, err
+			}
 		}
 		if !marked {
 			if err := inner.Set([]byte(stableShadowMarker), []byte{1}); err != nil {
@@ -333,31 +454,43 @@ func newCheckedStable(inner raft.StableStore, dir string, boltMeta *storageDamag
 	}
 
 	switch {
-	case shadowOK && shadow.damaged != "":
-		return damage(c.path, earlier+shadow.damaged, shadow.vals)
+	case shadowOK && cur.damaged != "":
+		return damage(c.path, earlier+cur.damaged, cur.vals)
 	case shadowOK && boltMeta != nil:
-		return damage(boltMeta.Path, boltMeta.Reason, shadow.vals)
+		return damage(boltMeta.Path, boltMeta.Reason, cur.vals)
 	case shadowOK && innerErr != nil:
-		return damage(boltPath, innerErr.Error(), shadow.vals)
+		return damage(boltPath, innerErr.Error(), cur.vals)
 	case shadowOK:
 		var repair []int
-		for k := range shadow.vals {
+		for k := range cur.vals {
 			switch {
-			case innerVals[k].equal(shadow.vals[k]):
-			case shadow.changed[k] && innerVals[k].equal(shadow.prev[k]):
+			case innerVals[k].equal(cur.vals[k]):
+			case prevOK && innerVals[k].equal(prev.vals[k]):
 				repair = append(repair, k)
+			case badSlot != nil:
+				// The newer slot was damaged after bbolt took its values.
+				keepShadow = true
+				return damage(c.path, fmt.Sprintf("%s is %s in raft.db, newer than the only valid slot of %s (seq %d: %s), whose other slot fails its check (%v): the newer record was damaged",
+					stableKeys[k], innerVals[k], stableShadowFile, cur.seq, cur.vals[k], badSlot), innerVals)
 			default:
-				return damage(boltPath, fmt.Sprintf("%s is %s in raft.db but %s in %s (which replaced %s)",
-					stableKeys[k], innerVals[k], shadow.vals[k], stableShadowFile, shadow.prev[k]), shadow.vals)
+				before := "no record before it"
+				if prevOK {
+					before = "the record before it holds " + prev.vals[k].String()
+				}
+				return damage(boltPath, fmt.Sprintf("%s is %s in raft.db but %s in %s (seq %d; %s)",
+					stableKeys[k], innerVals[k], cur.vals[k], stableShadowFile, cur.seq, before), cur.vals)
 			}
 		}
-		c.rec = stableRecord{vals: shadow.vals}
+		if badSlot != nil {
+			logger.Warn("one slot of the stable store's shadow fails its check: the older record, damaged, or a write torn by a crash; the other slot and raft.db agree, nothing is lost; the next change rewrites it",
+				"path", c.path, "valid_seq", cur.seq, "error", badSlot)
+		}
 		for _, k := range repair {
-			if err := inner.Set(stableKeys[k], shadow.vals[k].b); err != nil {
+			if err := inner.Set(stableKeys[k], cur.vals[k].b); err != nil {
 				return nil, nil, fmt.Errorf("raftnode: repairing the stable store: %w", err)
 			}
 			logger.Warn("repaired the stable store from its shadow: the node stopped between writing the two",
-				"key", string(stableKeys[k]), "raft.db", innerVals[k], "shadow", shadow.vals[k])
+				"key", string(stableKeys[k]), "raft.db", innerVals[k], "shadow", cur.vals[k])
 		}
 		if !marked {
 			if err := inner.Set([]byte(stableShadowMarker), []byte{1}); err != nil {
@@ -365,11 +498,11 @@ func newCheckedStable(inner raft.StableStore, dir string, boltMeta *storageDamag
 			}
 		}
 		return c, nil, nil
-	case shadowErr != nil:
+	case exists: // the shadow file is unusable
 		if innerErr != nil {
 			innerVals = [stableKeyCount]stableValue{}
 		}
-		return damage(c.path, shadowErr.Error(), innerVals)
+		return damage(c.path, shadow.err.Error(), innerVals)
 	case marked: // no shadow file
 		return damage(c.path, "the shadow file is missing, though raft.db says it was created", innerVals)
 	case boltMeta != nil:
@@ -378,15 +511,85 @@ func newCheckedStable(inner raft.StableStore, dir string, boltMeta *storageDamag
 		return damage(boltPath, innerErr.Error(), [stableKeyCount]stableValue{})
 	}
 	// A data directory from before shadows existed, or a new one.
-	c.rec = stableRecord{vals: innerVals}
-	if err := writeFileDurably(c.path, c.rec.encode()); err != nil {
-		return nil, nil, fmt.Errorf("raftnode: %w", err)
+	if err := c.create(stableRecord{vals: innerVals}); err != nil {
+		return nil, nil, err
 	}
 	if err := inner.Set([]byte(stableShadowMarker), []byte{1}); err != nil {
 		return nil, nil, fmt.Errorf("raftnode: stable store: %w", err)
 	}
 	logger.Info("created the shadow of the stable store's term and vote (once)", "path", c.path, "values", c.describe())
 	return c, nil, nil
+}
+
+// sameRecord reports whether r and s hold the same values and damage.
+func sameRecord(r, s stableRecord) bool {
+	for k := range r.vals {
+		if !r.vals[k].equal(s.vals[k]) {
+			return false
+		}
+	}
+	return r.damaged == s.damaged
+}
+
+// create writes a new shadow file holding rec in both slots (seq 0 and
+// 1), durably (writeFileDurably: the file appears complete or not at all),
+// and opens it. This is the only time the shadow allocates space or
+// touches the directory.
+func (c *checkedStable) create(rec stableRecord) error {
+	var b []byte
+	for seq := range uint64(2) {
+		rec.seq = seq
+		slot, err := rec.encode()
+		if err != nil {
+			return err
+		}
+		b = append(b, slot...)
+	}
+	if err := writeFileDurably(c.path, b); err != nil {
+		return fmt.Errorf("raftnode: creating %s: %w", c.path, err)
+	}
+	f, err := os.OpenFile(c.path, os.O_RDWR, 0)
+	if err != nil {
+		return fmt.Errorf("raftnode: %w", err)
+	}
+	c.f, c.rec = f, rec
+	return nil
+}
+
+// writeLocked writes next (its values and damage; the seq is c.rec's plus
+// one) into its slot of the shadow file, in place, and makes it durable;
+// it is then the record served. A write that fails leaves c.rec as it
+// was, and its slot is written again by the next write. c.mu is held
+// (or c not yet shared).
+func (c *checkedStable) writeLocked(next stableRecord) error {
+	if c.f == nil {
+		return fmt.Errorf("raftnode: stable store shadow %s: %w", c.path, os.ErrClosed)
+	}
+	next.seq = c.rec.seq + 1
+	b, err := next.encode()
+	if err != nil {
+		return err
+	}
+	if _, err := c.f.WriteAt(b, int64(next.seq%2)*stableSlotSize); err != nil {
+		return fmt.Errorf("raftnode: stable store shadow: %w", err)
+	}
+	if err := c.sync(c.f); err != nil {
+		return fmt.Errorf("raftnode: stable store shadow: %w", err)
+	}
+	c.rec = next
+	return nil
+}
+
+// close closes the shadow file; writes of the term or vote fail after it.
+func (c *checkedStable) close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.f == nil {
+		return nil
+	}
+	err := c.f.Close()
+	c.f = nil
+	return err
 }
 
 // readStableValues reads the three keys from inner. bbolt may panic on a
@@ -437,13 +640,11 @@ func (c *checkedStable) Set(key, val []byte) error {
 		// every start): the shadow holds it already.
 		return c.inner.Set(key, val)
 	}
-	next := stableRecord{vals: c.rec.vals, damaged: c.rec.damaged}
-	next.changed[k], next.prev[k] = true, c.rec.vals[k]
+	next := c.rec
 	next.vals[k] = v
-	if err := writeFileDurably(c.path, next.encode()); err != nil {
-		return fmt.Errorf("raftnode: stable store shadow: %w", err)
+	if err := c.writeLocked(next); err != nil {
+		return err
 	}
-	c.rec.vals = next.vals
 	if err := c.inner.Set(key, val); err != nil {
 		c.innerBehind = true
 		return err
@@ -529,13 +730,7 @@ func (c *checkedStable) pinVote(term uint64, leader []byte) error {
 		return err
 	}
 	termBytes := binary.BigEndian.AppendUint64(nil, term)
-	next := stableRecord{vals: c.rec.vals, damaged: c.rec.damaged}
-	set := func(k int, v stableValue) {
-		if !next.vals[k].equal(v) {
-			next.changed[k], next.prev[k] = true, next.vals[k]
-			next.vals[k] = v
-		}
-	}
+	next := c.rec
 	uint64Of := func(v stableValue) uint64 {
 		if !v.ok || len(v.b) != 8 {
 			return 0
@@ -543,20 +738,21 @@ func (c *checkedStable) pinVote(term uint64, leader []byte) error {
 		return binary.BigEndian.Uint64(v.b)
 	}
 	if uint64Of(next.vals[stableCurrentTerm]) < term {
-		set(stableCurrentTerm, stableValue{ok: true, b: termBytes})
+		next.vals[stableCurrentTerm] = stableValue{ok: true, b: termBytes}
 	}
 	lvt := uint64Of(next.vals[stableLastVoteTerm])
 	if lvt < term || (lvt == term && !next.vals[stableLastVoteCand].ok) {
-		set(stableLastVoteTerm, stableValue{ok: true, b: termBytes})
-		set(stableLastVoteCand, stableValue{ok: true, b: append([]byte{}, leader...)})
+		next.vals[stableLastVoteTerm] = stableValue{ok: true, b: termBytes}
+		next.vals[stableLastVoteCand] = stableValue{ok: true, b: append([]byte{}, leader...)}
 	}
 	// The shadow first (still marked damaged, if it was), then every key
 	// into the inner store, then the shadow unmarked: a crash at any
 	// point leaves the records consistent or the store still damaged.
-	if err := writeFileDurably(c.path, next.encode()); err != nil {
-		return fmt.Errorf("raftnode: stable store shadow: %w", err)
+	if !sameRecord(next, c.rec) {
+		if err := c.writeLocked(next); err != nil {
+			return err
+		}
 	}
-	c.rec.vals = next.vals
 	for k, v := range next.vals {
 		if v.ok {
 			if err := c.inner.Set(stableKeys[k], v.b); err != nil {
@@ -566,11 +762,11 @@ func (c *checkedStable) pinVote(term uint64, leader []byte) error {
 		}
 	}
 	if c.rec.damaged != "" {
-		if err := writeFileDurably(c.path, (&stableRecord{vals: next.vals}).encode()); err != nil {
-			return fmt.Errorf("raftnode: stable store shadow: %w", err)
+		next.damaged = ""
+		if err := c.writeLocked(next); err != nil {
+			return err
 		}
 		c.logger.Info("the stable store's damage mark is cleared: term and vote pinned", "term", term, "values", c.describe())
-		c.rec.damaged = ""
 	}
 	return nil
 }
