@@ -282,6 +282,9 @@ func (s *stores) close() error {
 	if s.wal != nil {
 		errs = append(errs, s.wal.Close())
 	}
+	if s.checked != nil {
+		errs = append(errs, s.checked.close())
+	}
 	if s.stable != nil {
 		errs = append(errs, s.stable.Close())
 	}
