@@ -36,6 +36,11 @@ type benchFlags struct {
 	floodWorkers int
 	snapEvery    time.Duration
 	holdWorkers  int
+	stableFor    time.Duration
+	trialMax     time.Duration
+	reattachMin  time.Duration
+	reattachMax  time.Duration
+	restartAfter time.Duration
 }
 
 func newBench(g *globals) *cobra.Command {
@@ -54,7 +59,13 @@ directory). Workloads:
   ifavailable  all workers try one name with ifAvailable
   churn        open a session, lock, release, close the session, again
   idle         --sessions sessions that only heartbeat: heartbeat cost, expiries
-  failover     kill the leader --trials times under load (--local only)
+  failover     kill the leader --trials times under load (--local only); with
+               --sessions N, N sessions speaking the protocol directly (as
+               idle's do) each hold a lock and heartbeat, and reattach
+               --reattach-min..--reattach-max after their stream fails, to any
+               node: per kill the times to a leader, a grant and a stable
+               leader, the elections and step-downs, reattaches per second,
+               CPU, and sessions in jeopardy, expired, locks lost
   held         acquire --locks locks and keep them: each node's memory
   flood        a tenant makes --opens OpenSession calls far over its sessions
                limit (--local sets it to 1000) while --workers lock in another
@@ -82,6 +93,9 @@ Progress goes to stderr once a second;
 			if f.cfg.Workload == loadgen.Failover && !f.local {
 				return &exitError{code: exitUsage, msg: "the failover workload kills nodes: it needs --local"}
 			}
+			if f.reattachMin < 0 || f.reattachMax < f.reattachMin {
+				return &exitError{code: exitUsage, msg: fmt.Sprintf("--reattach-min %s and --reattach-max %s: 0 <= min <= max", f.reattachMin, f.reattachMax)}
+			}
 			return runBench(g, f, strings.Join(os.Args, " "))
 		},
 	}
@@ -91,13 +105,18 @@ Progress goes to stderr once a second;
 	fl.DurationVar(&f.cfg.Duration, "duration", f.cfg.Duration, "the measured window")
 	fl.DurationVar(&f.cfg.Warmup, "warmup", f.cfg.Warmup, "run this long before measuring")
 	fl.DurationVar(&f.cfg.Hold, "hold", 0, "how long each lock is held; held: how long to keep every lock before measuring")
-	fl.IntVar(&f.cfg.Sessions, "sessions", 0, "sessions the workers share (default one per worker); idle: sessions to open (default 1000); held: sessions holding the locks")
+	fl.IntVar(&f.cfg.Sessions, "sessions", 0, "sessions the workers share (default one per worker); idle: sessions to open (default 1000); held: sessions holding the locks; failover: sessions holding a lock each, speaking the protocol directly (instead of workers)")
 	fl.Float64Var(&f.cfg.WriteRatio, "write-ratio", f.cfg.WriteRatio, "rw: the share of exclusive requests")
 	fl.Int64Var(&f.cfg.MaxOps, "max-ops", 10_000_000, "stop after this many pairs")
 	fl.IntVar(&f.cfg.Baseline, "baseline", f.cfg.Baseline, "contended, rw: first measure one commit with this many single-worker acquires (0: skip)")
 	fl.IntVar(&f.cfg.Locks, "locks", 100_000, "held: how many locks to acquire")
 	fl.IntVar(&f.cfg.Trials, "trials", 10, "failover: how many times to kill the leader")
 	fl.DurationVar(&f.trialGap, "trial-gap", time.Second, "failover: wait this long after the restarted node caught up before the next kill")
+	fl.DurationVar(&f.stableFor, "stable-for", 5*time.Second, "failover with --sessions: a leader that keeps its term this long after a kill is stable")
+	fl.DurationVar(&f.trialMax, "trial-max", 2*time.Minute, "failover with --sessions: the longest wait for a stable leader and every session acknowledged after a kill")
+	fl.DurationVar(&f.restartAfter, "restart-after", 0, "failover with --sessions: start the killed node again this long after the first grant that follows the kill")
+	fl.DurationVar(&f.reattachMin, "reattach-min", 50*time.Millisecond, "failover with --sessions: the shortest wait before a session attaches again after its stream failed")
+	fl.DurationVar(&f.reattachMax, "reattach-max", 250*time.Millisecond, "failover with --sessions: the longest such wait (uniformly jittered between the two)")
 	fl.DurationVar(&f.ttl, "ttl", 0, "session TTL (default: the client's, 10s)")
 	fl.BoolVar(&f.local, "local", false, "start a local 3-node cluster of serve processes (fsync on) and measure it")
 	fl.StringVar(&f.serverBin, "server-bin", "", "--local: the lockcluster binary the nodes run (default: this one)")
@@ -106,7 +125,7 @@ Progress goes to stderr once a second;
 	fl.BoolVar(&f.preferLeader, "prefer-leader", true, "put the leader's endpoint first, so that clients talk to it (no forwarding)")
 	fl.BoolVar(&f.keep, "keep", false, "--local: keep the nodes' data directories and logs")
 	fl.StringVar(&f.cpuProfile, "cpuprofile", "", "write this process's (the load generator's) CPU profile here; profile the nodes with 'serve --enable-pprof'")
-	fl.IntVar(&f.connsPerNode, "conns-per-node", 8, "idle: connections per node that carry the session streams")
+	fl.IntVar(&f.connsPerNode, "conns-per-node", 8, "idle, failover with --sessions: connections per node that carry the session streams")
 	fl.IntVar(&f.opens, "opens", 100_000, "flood: OpenSession calls the flooding tenant makes")
 	fl.IntVar(&f.floodWorkers, "flood-workers", 64, "flood: concurrent flooding callers")
 	fl.DurationVar(&f.snapEvery, "snapshot-every", 5*time.Second, "snapshot: the pause between one snapshot's end and the next one's start")
@@ -176,9 +195,13 @@ func runBench(g *globals, f *benchFlags, command string) error {
 		res.DurationS = cfg.Duration.Seconds()
 	case loadgen.Failover:
 		res.Failover, err = loadgen.RunFailover(ctx, loadgen.FailoverConfig{Cluster: cluster, Workers: cfg.Workers, Trials: cfg.Trials,
-			Gap: f.trialGap, TTL: f.ttl, Prefix: cfg.Prefix, Progress: os.Stderr})
+			Gap: f.trialGap, TTL: f.ttl, Prefix: cfg.Prefix, Progress: os.Stderr, Sessions: cfg.Sessions, ConnsPerNode: f.connsPerNode,
+			ReattachMin: f.reattachMin, ReattachMax: f.reattachMax, StableFor: f.stableFor, TrialMax: f.trialMax, RestartAfter: f.restartAfter})
 		if err == nil {
 			res.SessionsLost = res.Failover.SessionsLost
+		}
+		if cfg.Sessions > 0 {
+			res.Workers = 0 // the sessions replace the workers
 		}
 	case loadgen.Flood:
 		fc := loadgen.FloodConfig{Driver: d, Endpoints: addrs, FloodNamespace: g.namespace + "-flood", Opens: f.opens, FloodWorkers: f.floodWorkers,

@@ -31,7 +31,9 @@ type Config struct {
 	Hold     time.Duration // how long a worker holds each lock
 	// Sessions is how many sessions the workers share (worker i uses
 	// session i mod Sessions); 0 means one per worker. For Idle and Held it
-	// is the number of sessions to open.
+	// is the number of sessions to open; for Failover, if set, the number
+	// of sessions speaking the protocol directly that hold a lock each
+	// through the kills (the workers are not used then).
 	Sessions int
 	// WriteRatio is the share of exclusive requests in RW (0..1).
 	WriteRatio float64
@@ -76,7 +78,7 @@ func (c *Config) Validate() error {
 	if c.Prefix == "" {
 		c.Prefix = fmt.Sprintf("bench-%d/", time.Now().UnixNano())
 	}
-	if c.Sessions == 0 || (c.Sessions > c.Workers && c.Workload != Idle && c.Workload != HeldLocks && c.Workload != Snapshots) {
+	if c.Workload != Failover && (c.Sessions == 0 || c.Sessions > c.Workers && c.Workload != Idle && c.Workload != HeldLocks && c.Workload != Snapshots) {
 		if c.Workload == Idle {
 			c.Sessions = 1000
 		} else {

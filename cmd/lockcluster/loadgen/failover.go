@@ -25,6 +25,24 @@ type FailoverConfig struct {
 	// before the next kill (0: 1s).
 	Prefix   string
 	Progress io.Writer
+
+	// Sessions, if above 0, runs the failover with that many sessions
+	// speaking the protocol directly, each holding a lock, instead of
+	// Workers running pairs (failsess.go): Workers is then not used.
+	Sessions int
+	// ConnsPerNode: the connections per node that carry the sessions'
+	// streams (0: 8).
+	ConnsPerNode int
+	// ReattachMin and ReattachMax: the window of a session's jittered wait
+	// before each attach after its stream failed (0: 50 ms and 250 ms).
+	ReattachMin, ReattachMax time.Duration
+	// StableFor: how long a leader must keep its term for the cluster to
+	// count as stable after a kill (0: 5 s); TrialMax bounds the wait for
+	// that after each kill (0: 2 minutes).
+	StableFor, TrialMax time.Duration
+	// RestartAfter: how long after the first grant that follows a kill the
+	// killed node is started again (0: at once, as without Sessions).
+	RestartAfter time.Duration
 }
 
 // FailoverTrial is one leader kill.
@@ -35,6 +53,8 @@ type FailoverTrial struct {
 	// FirstGrantMS: from the kill until the first grant of a request made
 	// after the kill (the earliest of the probes).
 	FirstGrantMS float64 `json:"first_grant_ms"`
+	// Sessions: what a kill with many sessions measured (Sessions > 0).
+	Sessions *SessionTrial `json:"sessions,omitempty"`
 }
 
 // FailoverResult is what RunFailover measured.
@@ -50,9 +70,15 @@ type FailoverResult struct {
 	HolderCause  string `json:"holder_cause,omitempty"` // why the held lock ended
 	WorkerPairs  int64  `json:"worker_pairs"`
 	WorkerErrors int64  `json:"worker_errors"`
+	// Sessions: the whole run's, with many sessions (Sessions > 0).
+	Sessions *FailoverSessions `json:"sessions,omitempty"`
 }
 
 func (r *FailoverResult) write(w io.Writer) {
+	if r.Sessions != nil {
+		r.writeSessions(w)
+		return
+	}
 	fmt.Fprintln(w, "trial\tkilled\telected (ms)\tfirst grant (ms)")
 	for i, t := range r.Trials {
 		fmt.Fprintf(w, "  %d\t%s\t%.0f\t%.0f\n", i+1, t.Killed, t.ElectedMS, t.FirstGrantMS)
@@ -69,6 +95,9 @@ func RunFailover(ctx context.Context, cfg FailoverConfig) (*FailoverResult, erro
 	}
 	if cfg.Gap <= 0 {
 		cfg.Gap = time.Second
+	}
+	if cfg.Sessions > 0 {
+		return runFailoverSessions(ctx, cfg)
 	}
 	c := cfg.Cluster
 	d := &Lockcluster{Endpoints: c.Addrs(), TTL: cfg.TTL, Rotate: true}

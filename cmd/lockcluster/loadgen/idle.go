@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
@@ -37,6 +38,21 @@ type IdleConfig struct {
 	PIDs      []int
 	LeaderPID func() int
 	Progress  io.Writer
+
+	// LockSessions, if above 0, makes the first LockSessions sessions hold
+	// one lock each, LockPrefix followed by the session's number, acquired
+	// (a unary Request) once the session is attached (the failover
+	// workload).
+	LockSessions int
+	LockPrefix   string
+	// ReattachMin and ReattachMax, if ReattachMax is set, make a session
+	// whose stream failed (or whose attach failed) wait a uniformly random
+	// time between them and attach again on a connection to a node picked
+	// at random, again and again, with no bound on the attaches in flight:
+	// clients that come back promptly, as in a reconnect storm. Unset, a
+	// session is attached again on its own connection after a backoff of
+	// 50 ms doubling to 1 s, at most reattachers at a time.
+	ReattachMin, ReattachMax time.Duration
 }
 
 // IdleResult is what RunIdle measured.
@@ -73,19 +89,36 @@ func (r *IdleResult) write(w io.Writer) {
 }
 
 type idleSession struct {
+	num     int // its place among the run's sessions
 	id      uint64
 	secret  []byte
 	cc      *grpc.ClientConn
-	index   uint64
+	index   atomic.Uint64                 // the highest raft index the session has seen
 	stream  atomic.Pointer[sessionStream] // nil: the sender reattaches
 	sentAt  [4]atomic.Int64               // by heartbeat id mod 4, ns since start
 	nextID  uint64                        // owned by the sender
 	due     time.Duration                 // owned by the sender
+	slot    int64                         // owned by the sender: where on its wheel the session is
+	beatNow atomic.Bool                   // just attached again: heartbeat at the sender's next tick
 	acked   atomic.Int64                  // send time of the newest acknowledged heartbeat
 	ended   atomic.Bool
 	jeopard atomic.Bool
 	// attaching is set while a goroutine attaches the stream again.
 	attaching atomic.Bool
+	// locked: the session holds its lock (request id 1); lockLost: the
+	// cluster said it no longer does (an event, a Synced, its end).
+	locked   atomic.Bool
+	lockLost atomic.Bool
+}
+
+// seen raises the highest index the session has seen to i.
+func (s *idleSession) seen(i uint64) {
+	for {
+		old := s.index.Load()
+		if i <= old || s.index.CompareAndSwap(old, i) {
+			return
+		}
+	}
 }
 
 // sessionStream boxes a stream for an atomic pointer.
@@ -103,6 +136,45 @@ type idleRun struct {
 	retries    atomic.Int64 // opens and attaches retried (no leader)
 	attachSem  chan struct{}
 	ackLat     Histogram
+
+	conns []*grpc.ClientConn // ConnsPerNode per endpoint, endpoint i at i mod len(Endpoints)
+	ss    []*idleSession
+	// stopSenders stops the senders, the streams and the reattaches;
+	// senders counts the senders' goroutines.
+	stopSenders context.CancelFunc
+	senders     sync.WaitGroup
+	lockLost    atomic.Int64
+	// Attaches after a session's first (reattaches) by the second they
+	// succeeded in, and every attach tried after the first.
+	reattached, reattachTries perSecond
+}
+
+// perSecond counts events by the second of the run they happened in.
+type perSecond struct {
+	mu sync.Mutex
+	n  []int64
+}
+
+func (p *perSecond) add(at time.Duration) {
+	i := int(at / time.Second)
+	p.mu.Lock()
+	for len(p.n) <= i {
+		p.n = append(p.n, 0)
+	}
+	p.n[i]++
+	p.mu.Unlock()
+}
+
+// window returns the events from the second of from to the second of to
+// (both included), and the most in one of those seconds.
+func (p *perSecond) window(from, to time.Duration) (total, peak int64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i := int(from / time.Second); i <= int(to/time.Second) && i < len(p.n); i++ {
+		total += p.n[i]
+		peak = max(peak, p.n[i])
+	}
+	return total, peak
 }
 
 func (r *idleRun) now() time.Duration { return time.Since(r.start) }
@@ -110,43 +182,14 @@ func (r *idleRun) now() time.Duration { return time.Since(r.start) }
 // RunIdle opens cfg.Sessions sessions, keeps them alive for cfg.Duration
 // with heartbeats only, and reports the heartbeat cost and any expiry.
 func RunIdle(ctx context.Context, cfg IdleConfig) (*IdleResult, error) {
-	if cfg.TTL == 0 {
-		cfg.TTL = 10 * time.Second
-	}
-	if cfg.ConnsPerNode <= 0 {
-		cfg.ConnsPerNode = 8
-	}
-	if cfg.Namespace == "" {
-		cfg.Namespace = "default"
-	}
-	r := &idleRun{cfg: cfg, start: time.Now(), attachSem: make(chan struct{}, reattachers)}
-	var conns []*grpc.ClientConn
-	for range cfg.ConnsPerNode {
-		for _, ep := range cfg.Endpoints {
-			cc, err := grpc.NewClient(ep, grpc.WithTransportCredentials(insecure.NewCredentials()))
-			if err != nil {
-				return nil, err
-			}
-			defer cc.Close()
-			conns = append(conns, cc)
-		}
-	}
-	sctx, stop := context.WithCancel(ctx)
-	defer stop()
-	// The senders run from the start: a session heartbeats as soon as it
-	// is attached, while the others are still being opened.
-	var wg sync.WaitGroup
-	for i := range r.shards {
-		wg.Add(1)
-		go func() { defer wg.Done(); r.send(sctx, &r.shards[i]) }()
-	}
-	ss := make([]*idleSession, cfg.Sessions)
-	err := r.openAll(sctx, ss, conns)
+	r, err := startIdle(ctx, cfg)
 	if err != nil {
-		stop()
-		wg.Wait()
 		return nil, err
 	}
+	defer r.closeConns()
+	defer r.stop()
+	cfg = r.cfg
+	ss := r.ss
 	res := &IdleResult{Sessions: cfg.Sessions, TTLMS: ms(cfg.TTL), OpenS: float64(int64(r.now().Seconds()*10)) / 10}
 	sleepCtx(ctx, cfg.TTL/3+time.Second) // every session heartbeats once more before the window
 	var meter *CPUMeter
@@ -183,8 +226,7 @@ func RunIdle(ctx context.Context, cfg IdleConfig) (*IdleResult, error) {
 			}
 		}
 	}
-	stop()
-	wg.Wait()
+	r.stop()
 	res.Heartbeats, res.Acks = r.hbs.Load(), r.acks.Load()
 	res.HeartbeatsSec = rate(res.Heartbeats, window)
 	res.AckLatency = r.ackLat.Summary()
@@ -192,6 +234,65 @@ func RunIdle(ctx context.Context, cfg IdleConfig) (*IdleResult, error) {
 	res.OpenRetries = r.retries.Load()
 	r.closeAll(ss)
 	return res, nil
+}
+
+// startIdle dials the connections, starts the senders and opens (and
+// attaches) every session of cfg. The caller stops the senders (stop) and
+// closes the connections (closeConns).
+func startIdle(ctx context.Context, cfg IdleConfig) (*idleRun, error) {
+	if cfg.TTL == 0 {
+		cfg.TTL = 10 * time.Second
+	}
+	if cfg.ConnsPerNode <= 0 {
+		cfg.ConnsPerNode = 8
+	}
+	if cfg.Namespace == "" {
+		cfg.Namespace = "default"
+	}
+	r := &idleRun{cfg: cfg, start: time.Now(), attachSem: make(chan struct{}, reattachers)}
+	// A node that was killed comes back within seconds: gRPC's reconnect
+	// backoff (up to two minutes by default) must not keep its
+	// connections away for longer than that.
+	cp := grpc.ConnectParams{Backoff: backoff.DefaultConfig, MinConnectTimeout: 5 * time.Second}
+	cp.Backoff.MaxDelay = time.Second
+	for range cfg.ConnsPerNode {
+		for _, ep := range cfg.Endpoints {
+			cc, err := grpc.NewClient(ep, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithConnectParams(cp),
+				grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(256<<20)))
+			if err != nil {
+				r.closeConns()
+				return nil, err
+			}
+			r.conns = append(r.conns, cc)
+		}
+	}
+	sctx, stop := context.WithCancel(ctx)
+	r.stopSenders = stop
+	// The senders run from the start: a session heartbeats as soon as it
+	// is attached, while the others are still being opened.
+	for i := range r.shards {
+		r.senders.Add(1)
+		go func() { defer r.senders.Done(); r.send(sctx, &r.shards[i]) }()
+	}
+	r.ss = make([]*idleSession, cfg.Sessions)
+	if err := r.openAll(sctx, r.ss, r.conns); err != nil {
+		r.stop()
+		r.closeConns()
+		return nil, err
+	}
+	return r, nil
+}
+
+// stop stops the senders, the session streams and the reattaches.
+func (r *idleRun) stop() {
+	r.stopSenders()
+	r.senders.Wait()
+}
+
+func (r *idleRun) closeConns() {
+	for _, cc := range r.conns {
+		cc.Close()
+	}
 }
 
 // openAll opens and attaches every session, 256 at a time.
@@ -218,16 +319,22 @@ func (r *idleRun) openAll(ctx context.Context, ss []*idleSession, conns []*grpc.
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			s := &idleSession{cc: conns[i%len(conns)]}
-			if err := r.open(ctx, s); err != nil {
+			s := &idleSession{num: i, cc: conns[i%len(conns)]}
+			err := r.open(ctx, s)
+			if err == nil {
+				ss[i] = s
+				sh := &r.shards[i%len(r.shards)]
+				s.due = r.now()
+				sh.add(s)
+				if i < r.cfg.LockSessions {
+					err = r.lock(ctx, s)
+				}
+			}
+			if err != nil {
 				err = fmt.Errorf("session %d of %d: %w", i+1, len(ss), err)
 				first.CompareAndSwap(nil, &err)
 				return
 			}
-			ss[i] = s
-			sh := &r.shards[i%len(r.shards)]
-			s.due = r.now()
-			sh.add(s)
 			done.Add(1)
 		}()
 	}
@@ -260,7 +367,8 @@ func (r *idleRun) open(ctx context.Context, s *idleSession) error {
 		r.retries.Add(1)
 		sleepCtx(octx, backoff)
 	}
-	s.id, s.index, s.secret = resp.SessionId, resp.Index, resp.Secret
+	s.id, s.secret = resp.SessionId, resp.Secret
+	s.seen(resp.Index)
 	s.acked.Store(int64(r.now()))
 	for backoff := 50 * time.Millisecond; ; backoff = min(2*backoff, time.Second) {
 		err := r.attach(ctx, octx, s) // the stream lives as long as the run
@@ -299,22 +407,30 @@ func (r *idleRun) attach(ctx, actx context.Context, s *idleSession) error {
 	if err != nil {
 		return err
 	}
-	if err := st.Send(&pb.SessionUp{Kind: &pb.SessionUp_Attach{Attach: &pb.Attach{Namespace: r.cfg.Namespace, SessionId: s.id, MinIndex: s.index, SessionSecret: s.secret}}}); err != nil {
+	if err := st.Send(&pb.SessionUp{Kind: &pb.SessionUp_Attach{Attach: &pb.Attach{Namespace: r.cfg.Namespace, SessionId: s.id, MinIndex: s.index.Load(), SessionSecret: s.secret}}}); err != nil {
 		return err
 	}
 	m, err := st.Recv()
 	if err != nil {
 		return err
 	}
-	if m.GetSynced() == nil {
+	synced := m.GetSynced()
+	if synced == nil {
 		return errors.New("session stream did not start with a sync")
+	}
+	s.seen(synced.Index)
+	if s.locked.Load() && !holds(synced) {
+		r.loseLock(s)
 	}
 	if !stop() { // actx ended meanwhile: the stream is cancelled
 		return actx.Err()
 	}
 	ok = true
 	s.stream.Store(&sessionStream{st})
-	go r.read(ctx, s, st)
+	go func() {
+		defer cancel() // the stream has ended: release its context
+		r.read(ctx, s, st)
+	}()
 	return nil
 }
 
@@ -334,6 +450,9 @@ func (r *idleRun) read(ctx context.Context, s *idleSession, st pb.Locks_SessionC
 			}
 			r.streamErrs.Add(1)
 			s.stream.Store(nil) // the sender reattaches
+			if r.cfg.ReattachMax > 0 && s.attaching.CompareAndSwap(false, true) {
+				go r.reattach(ctx, s) // at once: clients that come back promptly
+			}
 			return
 		}
 		switch k := m.Kind.(type) {
@@ -350,10 +469,69 @@ func (r *idleRun) read(ctx context.Context, s *idleSession, st pb.Locks_SessionC
 				s.acked.Store(sent)
 			}
 		case *pb.SessionDown_Event:
-			if k.Event.Kind == pb.Event_SESSION_ENDED && s.ended.CompareAndSwap(false, true) {
-				r.expired.Add(1)
+			s.seen(k.Event.Index)
+			switch {
+			case k.Event.Kind == pb.Event_SESSION_ENDED:
+				if s.ended.CompareAndSwap(false, true) {
+					r.expired.Add(1)
+				}
+				if s.locked.Load() {
+					r.loseLock(s)
+				}
+			case k.Event.Kind == pb.Event_LOCK_LOST && k.Event.RequestId == lockRequest && s.locked.Load():
+				r.loseLock(s)
 			}
 		}
+	}
+}
+
+// lockRequest is the request id of a session's lock.
+const lockRequest = 1
+
+// lock acquires the session's lock, retrying while no leader answers (up
+// to a minute), and fails if it is not granted at once: every session
+// locks a name of its own.
+func (r *idleRun) lock(ctx context.Context, s *idleSession) error {
+	lctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	req := &pb.LockRequest{Namespace: r.cfg.Namespace, SessionId: s.id, RequestId: lockRequest, SessionSecret: s.secret,
+		Names: []string{fmt.Sprintf("%s%d", r.cfg.LockPrefix, s.num)}}
+	for backoff := 50 * time.Millisecond; ; backoff = min(2*backoff, time.Second) {
+		resp, err := pb.NewLocksClient(r.home(s)).Request(lctx, req)
+		if err == nil {
+			if resp.Status != pb.Status_STATUS_GRANTED {
+				return fmt.Errorf("lock %q: %s, want granted", req.Names[0], resp.Status)
+			}
+			s.seen(resp.Index)
+			s.locked.Store(true)
+			return nil
+		}
+		if status.Code(err) != codes.Unavailable || lctx.Err() != nil {
+			return fmt.Errorf("lock %q: %w", req.Names[0], err)
+		}
+		r.retries.Add(1)
+		sleepCtx(lctx, backoff)
+	}
+}
+
+// home is the connection s was opened on. (s.cc is where its stream is,
+// and changes while the session's reattach goroutine runs.)
+func (r *idleRun) home(s *idleSession) *grpc.ClientConn { return r.conns[s.num%len(r.conns)] }
+
+// holds reports whether a Synced says the session holds its lock.
+func holds(m *pb.Synced) bool {
+	for _, q := range m.Requests {
+		if q.RequestId == lockRequest {
+			return q.Status == pb.Status_STATUS_GRANTED
+		}
+	}
+	return false
+}
+
+// loseLock counts s's lock lost, once.
+func (r *idleRun) loseLock(s *idleSession) {
+	if s.lockLost.CompareAndSwap(false, true) {
+		r.lockLost.Add(1)
 	}
 }
 
@@ -382,7 +560,7 @@ func (r *idleRun) closeAll(ss []*idleSession) {
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			_, _ = pb.NewLocksClient(s.cc).CloseSession(ctx, &pb.CloseSessionRequest{Namespace: r.cfg.Namespace, SessionId: s.id, SessionSecret: s.secret})
+			_, _ = pb.NewLocksClient(r.home(s)).CloseSession(ctx, &pb.CloseSessionRequest{Namespace: r.cfg.Namespace, SessionId: s.id, SessionSecret: s.secret})
 		}()
 	}
 	wg.Wait()

@@ -2,6 +2,7 @@ package loadgen
 
 import (
 	"context"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -62,6 +63,7 @@ func (sh *shard) at(s *idleSession, t time.Duration) {
 	}
 	i := slot % int64(len(sh.wheel))
 	sh.wheel[i] = append(sh.wheel[i], s)
+	s.slot = slot
 }
 
 // send heartbeats the sessions of one shard, each every TTL/3 from its
@@ -92,7 +94,9 @@ func (r *idleRun) send(ctx context.Context, sh *shard) {
 			due := sh.wheel[i]
 			sh.wheel[i] = nil
 			for _, s := range due {
-				r.visit(ctx, sh, s, now)
+				if s.slot == sh.slot { // else a later at moved it
+					r.visit(ctx, sh, s, now)
+				}
 			}
 			if cap(due) <= 1024 { // reuse the slot's array unless it is a big one
 				sh.wheel[i] = due[:0]
@@ -121,6 +125,11 @@ func (r *idleRun) visit(ctx context.Context, sh *shard, s *idleSession, now time
 		s.due = now
 		sh.at(s, now+5*idleTick)
 		return
+	}
+	// A stream just attached again heartbeats at once, as the Go client's
+	// does.
+	if s.beatNow.Swap(false) {
+		s.due = now
 	}
 	// As the Go client does: a heartbeat still unacknowledged after TTL/10
 	// (dropped by a node during an election) is sent again.
@@ -156,29 +165,54 @@ func (r *idleRun) checkJeopardy(s *idleSession, now time.Duration) {
 }
 
 // reattach attaches s's stream again, retrying while the node is
-// unavailable, until it succeeds, the session has ended or ctx ends.
+// unavailable, until it succeeds, the session has ended or ctx ends. With
+// IdleConfig.ReattachMax set, each try waits a random time in the
+// configured window first and goes to a node picked at random, and no
+// bound applies to the tries in flight.
 func (r *idleRun) reattach(ctx context.Context, s *idleSession) {
 	defer s.attaching.Store(false)
+	jitter := r.cfg.ReattachMax > 0
 	for backoff := 50 * time.Millisecond; ctx.Err() == nil && !s.ended.Load(); backoff = min(2*backoff, time.Second) {
-		select {
-		case r.attachSem <- struct{}{}:
-		case <-ctx.Done():
-			return
+		if jitter {
+			sleepCtx(ctx, r.cfg.ReattachMin+rand.N(max(r.cfg.ReattachMax-r.cfg.ReattachMin, 1)))
+			if ctx.Err() != nil {
+				return
+			}
+			s.cc = r.conns[rand.N(len(r.conns))] // only this goroutine attaches s
+		} else {
+			select {
+			case r.attachSem <- struct{}{}:
+			case <-ctx.Done():
+				return
+			}
 		}
+		r.reattachTries.add(r.now())
 		actx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		err := r.attach(ctx, actx, s)
 		cancel()
-		<-r.attachSem
+		if !jitter {
+			<-r.attachSem
+		}
 		switch {
 		case err == nil:
+			r.reattached.add(r.now())
+			if jitter { // heartbeat at once, as the Go client does
+				s.beatNow.Store(true)
+				r.shards[s.num%len(r.shards)].add(s)
+			}
 			return
 		case status.Code(err) == codes.FailedPrecondition: // the session has ended
 			if s.ended.CompareAndSwap(false, true) {
 				r.expired.Add(1)
 			}
+			if s.locked.Load() {
+				r.loseLock(s)
+			}
 			return
 		}
 		r.retries.Add(1)
-		sleepCtx(ctx, backoff)
+		if !jitter {
+			sleepCtx(ctx, backoff)
+		}
 	}
 }
