@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"slices"
@@ -117,6 +118,14 @@ type SessionTrial struct {
 	Expired             int64   `json:"expired"`
 	LocksLost           int64   `json:"locks_lost"`
 	SettledBeforeKillMS float64 `json:"settled_before_kill_ms"` // waiting for every session to be acked before the kill
+	// OnKilled: the sessions attached to the killed node when it was
+	// killed; EndedBySurvivors: the streams that ended with an error on the
+	// survivors during the trial (a node that knows no leader ends a stream
+	// at its first heartbeat); StreamEnds: every stream that ended with an
+	// error during the trial, by why.
+	OnKilled         int              `json:"sessions_on_killed"`
+	EndedBySurvivors int64            `json:"streams_ended_by_survivors"`
+	StreamEnds       map[string]int64 `json:"stream_ends,omitempty"`
 	// RestartedMS: when the killed node was started again, from the kill
 	// (0: after the trial, which then also ended without a grant).
 	RestartedMS float64 `json:"restarted_ms"`
@@ -182,9 +191,9 @@ func runFailoverSessions(ctx context.Context, cfg FailoverConfig) (*FailoverResu
 		fs.StepDowns += st.StepDowns
 		fs.Terms += st.Terms
 		if cfg.Progress != nil {
-			fmt.Fprintf(cfg.Progress, "trial %d/%d: killed %s; leader in %s, first grant %s, stable %s (%d terms, %d step-downs), every session acked again %s after the kill; %d reattaches (peak %d/s); jeopardy %d\n",
+			fmt.Fprintf(cfg.Progress, "trial %d/%d: killed %s; leader in %s, first grant %s, stable %s (%d terms, %d step-downs), every session acked again %s after the kill; %d streams on the killed node, %d ended by the survivors; %d reattaches (peak %d/s); jeopardy %d\n",
 				t+1, cfg.Trials, tr.Killed, msStr(tr.ElectedMS), msStr(tr.FirstGrantMS), msStr(st.StableMS), st.Terms, st.StepDowns, msStr(st.RecoveredMS),
-				st.Reattaches, st.PeakReattachesSec, st.Jeopardy)
+				st.OnKilled, st.EndedBySurvivors, st.Reattaches, st.PeakReattachesSec, st.Jeopardy)
 		}
 		if st.RestartedMS == 0 { // not restarted during the trial
 			if err := c.Start(leader); err != nil {
@@ -255,6 +264,18 @@ func (r *idleRun) killTrial(ctx context.Context, cfg FailoverConfig, leader, tri
 		}
 	}
 	jBefore, eBefore, lBefore := r.jeopardy.Load(), r.expired.Load(), r.lockLost.Load()
+	var endedBefore int64
+	for _, i := range survivors {
+		endedBefore += r.endedBy[i].Load()
+	}
+	r.whyMu.Lock()
+	whyBefore := maps.Clone(r.why)
+	r.whyMu.Unlock()
+	for _, s := range r.ss {
+		if s != nil && !s.ended.Load() && s.stream.Load() != nil && int(s.node.Load()) == leader {
+			st.OnKilled++
+		}
+	}
 	meter := StartCPU(append(names, "bench"), append(pids, 0))
 
 	// The kill, then the probes' fresh requests on the survivors.
@@ -394,6 +415,18 @@ func (r *idleRun) killTrial(ctx context.Context, cfg FailoverConfig, leader, tri
 	_, st.PeakAttachTriesSec = r.reattachTries.window(from, to)
 	st.ReattachesPerSec = rate(st.Reattaches, (to - from).Seconds())
 	st.Jeopardy, st.Expired, st.LocksLost = r.jeopardy.Load()-jBefore, r.expired.Load()-eBefore, r.lockLost.Load()-lBefore
+	for _, i := range survivors {
+		st.EndedBySurvivors += r.endedBy[i].Load()
+	}
+	st.EndedBySurvivors -= endedBefore
+	r.whyMu.Lock()
+	st.StreamEnds = map[string]int64{}
+	for w, n := range r.why {
+		if d := n - whyBefore[w]; d > 0 {
+			st.StreamEnds[w] = d
+		}
+	}
+	r.whyMu.Unlock()
 	st.Leaders, st.Candidacies = -1, -1
 	for k, i := range survivors {
 		after := raftCounters(ctx, c.Nodes[i].HTTP)
@@ -581,7 +614,7 @@ func (r *FailoverResult) writeSessions(w io.Writer) {
 	fs := r.Sessions
 	fmt.Fprintf(w, "sessions\t%d\teach holding a lock, TTL %gms\topened+attached+locked in %.1fs\treattach after %g-%g ms\n",
 		fs.Sessions, fs.TTLMS, fs.OpenS, fs.ReattachMS[0], fs.ReattachMS[1])
-	fmt.Fprintln(w, "trial\tkilled\telected\tfirst grant\tstable\tterms\tleaders\tstep-downs\telections started\tall acked\treattaches/s (peak)\tleader cpu\tbench cpu\tjeopardy")
+	fmt.Fprintln(w, "trial\tkilled\telected\tfirst grant\tstable\tterms\tleaders\tstep-downs\telections started\tall acked\ton killed\tended by survivors\treattaches/s (peak)\tleader cpu\tbench cpu\tjeopardy")
 	for i, t := range r.Trials {
 		st := t.Sessions
 		if st == nil {
@@ -595,8 +628,8 @@ func (r *FailoverResult) writeSessions(w io.Writer) {
 		if st.RecoveredMS == 0 {
 			all = "never"
 		}
-		fmt.Fprintf(w, "  %d\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%.0f (%d)\t%.2f\t%.2f\t%d\n", i+1, t.Killed, msStr(t.ElectedMS), msStr(t.FirstGrantMS),
-			stable, st.Terms, st.Leaders, st.StepDowns, st.ElectionsStarted, all, st.ReattachesPerSec, st.PeakReattachesSec, st.LeaderCores,
+		fmt.Fprintf(w, "  %d\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%d\t%d\t%.0f (%d)\t%.2f\t%.2f\t%d\n", i+1, t.Killed, msStr(t.ElectedMS), msStr(t.FirstGrantMS),
+			stable, st.Terms, st.Leaders, st.StepDowns, st.ElectionsStarted, all, st.OnKilled, st.EndedBySurvivors, st.ReattachesPerSec, st.PeakReattachesSec, st.LeaderCores,
 			st.LoadGeneratorCores, st.Jeopardy)
 	}
 	fmt.Fprintf(w, "first grant after kill\tp50 %.0f ms\tmax %.0f ms\telected p50 %.0f ms\n", r.FirstGrantP50MS, r.FirstGrantMaxMS, r.ElectedP50MS)

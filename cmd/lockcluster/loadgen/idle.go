@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -100,6 +101,7 @@ type idleSession struct {
 	due     time.Duration                 // owned by the sender
 	slot    int64                         // owned by the sender: where on its wheel the session is
 	beatNow atomic.Bool                   // just attached again: heartbeat at the sender's next tick
+	node    atomic.Int32                  // the endpoint its stream is attached to
 	acked   atomic.Int64                  // send time of the newest acknowledged heartbeat
 	ended   atomic.Bool
 	jeopard atomic.Bool
@@ -144,6 +146,12 @@ type idleRun struct {
 	stopSenders context.CancelFunc
 	senders     sync.WaitGroup
 	lockLost    atomic.Int64
+	nodeOf      map[*grpc.ClientConn]int // a connection's endpoint
+	// endedBy counts, per endpoint, the streams that ended there with an
+	// error while the run went on (the node ended them, or died).
+	endedBy []atomic.Int64
+	whyMu   sync.Mutex
+	why     map[string]int64 // streams ended with an error, by why (streamEnd)
 	// Attaches after a session's first (reattaches) by the second they
 	// succeeded in, and every attach tried after the first.
 	reattached, reattachTries perSecond
@@ -266,6 +274,11 @@ func startIdle(ctx context.Context, cfg IdleConfig) (*idleRun, error) {
 			r.conns = append(r.conns, cc)
 		}
 	}
+	r.nodeOf = map[*grpc.ClientConn]int{}
+	for k, cc := range r.conns {
+		r.nodeOf[cc] = k % len(cfg.Endpoints)
+	}
+	r.endedBy, r.why = make([]atomic.Int64, len(cfg.Endpoints)), map[string]int64{}
 	sctx, stop := context.WithCancel(ctx)
 	r.stopSenders = stop
 	// The senders run from the start: a session heartbeats as soon as it
@@ -426,6 +439,7 @@ func (r *idleRun) attach(ctx, actx context.Context, s *idleSession) error {
 		return actx.Err()
 	}
 	ok = true
+	s.node.Store(int32(r.nodeOf[s.cc]))
 	s.stream.Store(&sessionStream{st})
 	go func() {
 		defer cancel() // the stream has ended: release its context
@@ -449,6 +463,13 @@ func (r *idleRun) read(ctx context.Context, s *idleSession, st pb.Locks_SessionC
 				return
 			}
 			r.streamErrs.Add(1)
+			if r.endedBy != nil {
+				r.endedBy[s.node.Load()].Add(1)
+				w := streamEnd(err)
+				r.whyMu.Lock()
+				r.why[w]++
+				r.whyMu.Unlock()
+			}
 			s.stream.Store(nil) // the sender reattaches
 			if r.cfg.ReattachMax > 0 && s.attaching.CompareAndSwap(false, true) {
 				go r.reattach(ctx, s) // at once: clients that come back promptly
@@ -483,6 +504,23 @@ func (r *idleRun) read(ctx context.Context, s *idleSession, st pb.Locks_SessionC
 			}
 		}
 	}
+}
+
+// streamEnd says in a few words why a session stream ended with err.
+func streamEnd(err error) string {
+	st := status.Convert(err)
+	msg := st.Message()
+	switch {
+	case strings.Contains(msg, "knows no leader"):
+		return "the node knows no leader"
+	case strings.Contains(msg, "shutting down"):
+		return "the node is shutting down"
+	case strings.Contains(msg, "too far behind"):
+		return "the event stream fell behind"
+	case st.Code() == codes.Unavailable:
+		return "connection lost"
+	}
+	return st.Code().String()
 }
 
 // lockRequest is the request id of a session's lock.
