@@ -62,6 +62,10 @@ type Member struct {
 	Lag          uint64 `json:"lag"`
 	AppliedIndex uint64 `json:"appliedIndex"`
 	Version      string `json:"version,omitempty"`
+	// Unfit, from the member's last answer, is why it serves no clients:
+	// its applied history diverged, its stores are damaged, its disk takes
+	// no writes, or it lags behind the leader. Empty while it is fit.
+	Unfit string `json:"unfit,omitempty"`
 }
 
 // Status is one node's view of the cluster.
@@ -79,7 +83,10 @@ type Status struct {
 	Pending      uint64 `json:"pending"`
 	Namespaces   uint64 `json:"namespaces"`
 	Version      string `json:"version"`
-	Err          string `json:"error,omitempty"`
+	// Unfit is why the node serves no clients (see Member.Unfit); it
+	// answers Status regardless. Empty while it is fit.
+	Unfit string `json:"unfit,omitempty"`
+	Err   string `json:"error,omitempty"`
 }
 
 // Status asks every endpoint for its status; an unreachable one has Err.
@@ -99,7 +106,7 @@ func (a *Admin) Status(ctx context.Context) []Status {
 			}
 			out[i] = Status{NodeID: st.NodeId, Addr: a.c.addrs[i], State: st.State, LeaderID: st.LeaderId, LeaderAddr: st.LeaderAddr,
 				Term: st.Term, CommitIndex: st.CommitIndex, AppliedIndex: st.AppliedIndex, Sessions: st.Sessions, Held: st.Held,
-				Pending: st.Pending, Namespaces: st.Namespaces, Version: st.Version}
+				Pending: st.Pending, Namespaces: st.Namespaces, Version: st.Version, Unfit: st.Unfit}
 		}()
 	}
 	wg.Wait()
@@ -122,7 +129,7 @@ func (a *Admin) Members(ctx context.Context) ([]Member, error) {
 	out := make([]Member, len(resp.Members))
 	for i, m := range resp.Members {
 		out[i] = Member{ID: m.Id, RaftAddr: m.RaftAddr, GRPCAddr: m.GrpcAddr, HTTPAddr: m.HttpAddr, Suffrage: m.Suffrage, Leader: m.Leader,
-			Probed: m.Probed, Reachable: m.Reachable, Lag: m.Lag, AppliedIndex: m.AppliedIndex, Version: m.Version}
+			Probed: m.Probed, Reachable: m.Reachable, Lag: m.Lag, AppliedIndex: m.AppliedIndex, Version: m.Version, Unfit: m.Unfit}
 		if m.SinceContact != nil {
 			out[i].LastContact = now.Add(-m.SinceContact.AsDuration())
 		}

@@ -2386,20 +2386,26 @@ func (*StatusRequest) Descriptor() ([]byte, []int) {
 }
 
 type StatusResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
-	State         string                 `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
-	LeaderId      string                 `protobuf:"bytes,3,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
-	LeaderAddr    string                 `protobuf:"bytes,4,opt,name=leader_addr,json=leaderAddr,proto3" json:"leader_addr,omitempty"`
-	Term          uint64                 `protobuf:"varint,5,opt,name=term,proto3" json:"term,omitempty"`
-	CommitIndex   uint64                 `protobuf:"varint,6,opt,name=commit_index,json=commitIndex,proto3" json:"commit_index,omitempty"`
-	AppliedIndex  uint64                 `protobuf:"varint,7,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
-	LastIndex     uint64                 `protobuf:"varint,8,opt,name=last_index,json=lastIndex,proto3" json:"last_index,omitempty"`
-	Sessions      uint64                 `protobuf:"varint,9,opt,name=sessions,proto3" json:"sessions,omitempty"`
-	Held          uint64                 `protobuf:"varint,10,opt,name=held,proto3" json:"held,omitempty"`
-	Pending       uint64                 `protobuf:"varint,11,opt,name=pending,proto3" json:"pending,omitempty"`
-	Namespaces    uint64                 `protobuf:"varint,12,opt,name=namespaces,proto3" json:"namespaces,omitempty"`
-	Version       string                 `protobuf:"bytes,13,opt,name=version,proto3" json:"version,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	NodeId       string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	State        string                 `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
+	LeaderId     string                 `protobuf:"bytes,3,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
+	LeaderAddr   string                 `protobuf:"bytes,4,opt,name=leader_addr,json=leaderAddr,proto3" json:"leader_addr,omitempty"`
+	Term         uint64                 `protobuf:"varint,5,opt,name=term,proto3" json:"term,omitempty"`
+	CommitIndex  uint64                 `protobuf:"varint,6,opt,name=commit_index,json=commitIndex,proto3" json:"commit_index,omitempty"`
+	AppliedIndex uint64                 `protobuf:"varint,7,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
+	LastIndex    uint64                 `protobuf:"varint,8,opt,name=last_index,json=lastIndex,proto3" json:"last_index,omitempty"`
+	Sessions     uint64                 `protobuf:"varint,9,opt,name=sessions,proto3" json:"sessions,omitempty"`
+	Held         uint64                 `protobuf:"varint,10,opt,name=held,proto3" json:"held,omitempty"`
+	Pending      uint64                 `protobuf:"varint,11,opt,name=pending,proto3" json:"pending,omitempty"`
+	Namespaces   uint64                 `protobuf:"varint,12,opt,name=namespaces,proto3" json:"namespaces,omitempty"`
+	Version      string                 `protobuf:"bytes,13,opt,name=version,proto3" json:"version,omitempty"`
+	// Why this node serves no clients (every other lockcluster.v1 call fails
+	// Unavailable): its applied history diverged, its stores are damaged, its
+	// disk takes no writes, or it does not apply what the leader commits.
+	// Empty while it is fit to serve. Status itself answers regardless: it
+	// tells only the node's own facts.
+	Unfit         string `protobuf:"bytes,14,opt,name=unfit,proto3" json:"unfit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2525,6 +2531,13 @@ func (x *StatusResponse) GetVersion() string {
 	return ""
 }
 
+func (x *StatusResponse) GetUnfit() string {
+	if x != nil {
+		return x.Unfit
+	}
+	return ""
+}
+
 type MembersRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -2582,7 +2595,10 @@ type Member struct {
 	Lag          uint64 `protobuf:"varint,10,opt,name=lag,proto3" json:"lag,omitempty"`
 	AppliedIndex uint64 `protobuf:"varint,11,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
 	// The member's version, from its last answer.
-	Version       string `protobuf:"bytes,12,opt,name=version,proto3" json:"version,omitempty"`
+	Version string `protobuf:"bytes,12,opt,name=version,proto3" json:"version,omitempty"`
+	// Why the member serves no clients, from its last answer (its Status
+	// unfit); empty while it is fit.
+	Unfit         string `protobuf:"bytes,13,opt,name=unfit,proto3" json:"unfit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2697,6 +2713,13 @@ func (x *Member) GetAppliedIndex() uint64 {
 func (x *Member) GetVersion() string {
 	if x != nil {
 		return x.Version
+	}
+	return ""
+}
+
+func (x *Member) GetUnfit() string {
+	if x != nil {
+		return x.Unfit
 	}
 	return ""
 }
@@ -3414,7 +3437,7 @@ const file_lockcluster_proto_rawDesc = "" +
 	"\vacquired_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"acquiredAt\x12=\n" +
 	"\frequested_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\vrequestedAt\"\x0f\n" +
-	"\rStatusRequest\"\xfc\x02\n" +
+	"\rStatusRequest\"\x92\x03\n" +
 	"\x0eStatusResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12\x1b\n" +
@@ -3433,8 +3456,9 @@ const file_lockcluster_proto_rawDesc = "" +
 	"\n" +
 	"namespaces\x18\f \x01(\x04R\n" +
 	"namespaces\x12\x18\n" +
-	"\aversion\x18\r \x01(\tR\aversion\"\x10\n" +
-	"\x0eMembersRequest\"\xea\x02\n" +
+	"\aversion\x18\r \x01(\tR\aversion\x12\x14\n" +
+	"\x05unfit\x18\x0e \x01(\tR\x05unfit\"\x10\n" +
+	"\x0eMembersRequest\"\x80\x03\n" +
 	"\x06Member\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x1b\n" +
@@ -3448,7 +3472,8 @@ const file_lockcluster_proto_rawDesc = "" +
 	"\x03lag\x18\n" +
 	" \x01(\x04R\x03lag\x12#\n" +
 	"\rapplied_index\x18\v \x01(\x04R\fappliedIndex\x12\x18\n" +
-	"\aversion\x18\f \x01(\tR\aversion\"C\n" +
+	"\aversion\x18\f \x01(\tR\aversion\x12\x14\n" +
+	"\x05unfit\x18\r \x01(\tR\x05unfit\"C\n" +
 	"\x0fMembersResponse\x120\n" +
 	"\amembers\x18\x01 \x03(\v2\x16.lockcluster.v1.MemberR\amembers\"\x95\x01\n" +
 	"\vJoinRequest\x12\x0e\n" +

@@ -121,6 +121,54 @@ func TestPlantedDivergenceFencesTheNode(t *testing.T) {
 	if code, body := get(t, "http://"+n2.HTTPAddr()+"/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "diverged") {
 		t.Errorf("/readyz on the fenced node: %d %s", code, body)
 	}
+
+	// Status alone answers on it, saying why; the leader's probes carry
+	// that into Members and the status page, with node2 reachable (not
+	// "unreachable for 12s").
+	clus := func(n *node.Node) pb.ClusterClient {
+		cc, err := grpc.NewClient(n.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cc.Close() })
+		return pb.NewClusterClient(cc)
+	}
+	if st, err := clus(n2).Status(ctx, &pb.StatusRequest{}); err != nil || !strings.Contains(st.Unfit, "diverged") {
+		t.Fatalf("Status on the fenced node: %v, %v: want it to answer, unfit naming the divergence", st, err)
+	}
+	if _, err := clus(n2).Members(ctx, &pb.MembersRequest{}); status.Code(err) != codes.Unavailable {
+		t.Fatalf("Members on the fenced node: %v: want Unavailable", err)
+	}
+	c.WaitFor(10*time.Second, "the leader to see node2 fenced", func() bool {
+		r, err := clus(c.Nodes[leader]).Members(ctx, &pb.MembersRequest{})
+		if err != nil {
+			return false
+		}
+		for _, m := range r.Members {
+			if m.Id == n2.ID() {
+				return m.Probed && m.Reachable && strings.Contains(m.Unfit, "diverged")
+			}
+		}
+		return false
+	})
+	var page struct {
+		Members []struct {
+			ID     string `json:"id"`
+			Health *struct {
+				Reachable bool   `json:"reachable"`
+				Unfit     string `json:"unfit"`
+			} `json:"health"`
+		} `json:"members"`
+	}
+	_, body := get(t, "http://"+c.Nodes[leader].HTTPAddr()+"/api/state")
+	if err := json.Unmarshal([]byte(body), &page); err != nil {
+		t.Fatalf("the leader's /api/state: %v: %s", err, body)
+	}
+	for _, m := range page.Members {
+		if fenced := m.Health != nil && m.Health.Reachable && strings.Contains(m.Health.Unfit, "diverged"); fenced != (m.ID == n2.ID()) {
+			t.Errorf("the leader's status page shows %s with health %+v", m.ID, m.Health)
+		}
+	}
 	hc, err := grpc.NewClient(n2.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)

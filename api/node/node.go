@@ -399,7 +399,7 @@ func (n *Node) memberHealth() map[string]web.Health {
 		if !m.Probed {
 			continue
 		}
-		h := web.Health{Reachable: m.Reachable, Lag: m.Lag, SinceContactSeconds: -1}
+		h := web.Health{Reachable: m.Reachable, Lag: m.Lag, SinceContactSeconds: -1, Unfit: m.Unfit}
 		if m.SinceContact != nil {
 			h.SinceContactSeconds = m.SinceContact.AsDuration().Seconds()
 		}

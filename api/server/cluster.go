@@ -17,6 +17,9 @@ import (
 // Version is reported by Status; the build may set it.
 var Version = "dev"
 
+// Status is this node's own view: raft's state and indexes, the lock
+// manager's counts, and why it is unfit to serve, if it is. It answers
+// while the node is fenced (fence.go), and reads no lock state.
 func (s *Server) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.StatusResponse, error) {
 	node := s.replica()
 	if node == nil {
@@ -30,8 +33,16 @@ func (s *Server) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.StatusRes
 		NodeId: s.cfg.Self.ID, State: node.State(), LeaderId: leaderID, LeaderAddr: s.grpcAddrOf(leaderID),
 		Term: u("term"), CommitIndex: u("commit_index"), AppliedIndex: node.AppliedIndex(), LastIndex: node.LastIndex(),
 		Sessions: uint64(fs.Sessions), Held: uint64(fs.Held), Pending: uint64(fs.Pending), Namespaces: uint64(fs.Namespaces),
-		Version: Version,
+		Version: Version, Unfit: unfitText(node),
 	}, nil
+}
+
+// unfitText is why replica r may not serve clients ("" while it may).
+func unfitText(r Replica) string {
+	if err := r.Unfit(); err != nil {
+		return err.Error()
+	}
+	return ""
 }
 
 func (s *Server) grpcAddrOf(id string) string {

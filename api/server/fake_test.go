@@ -53,6 +53,9 @@ type fakeReplica struct {
 	// (a leader paused while another was elected): it still believes it
 	// leads, and its ReadBarrier fails as a quorum no longer confirms it.
 	deposed bool
+	// unfit is what Unfit returns (raftnode's fences); the node's gRPC
+	// server refuses calls with it, as api/node's does (FenceUnary).
+	unfit error
 }
 
 var _ Replica = (*fakeReplica)(nil)
@@ -245,6 +248,12 @@ func (r *fakeReplica) Leave(ctx context.Context, id string) error {
 	return fmt.Errorf("%w: %q", raftnode.ErrNotMember, id)
 }
 
+func (r *fakeReplica) Unfit() error {
+	r.log.mu.Lock()
+	defer r.log.mu.Unlock()
+	return r.unfit
+}
+
 // fakeClock is the servers' clock (Config.Now): session deadlines move
 // only when a test advances it.
 type fakeClock struct{ ns atomic.Int64 }
@@ -333,7 +342,7 @@ func newFakeCluster(t testing.TB, n int, o fakeOptions) *fakeCluster {
 				return nil, status.Error(codes.Unavailable, "fake node is down")
 			}
 			return h(ctx, req)
-		}))...)
+		}, FenceUnary(rep.Unfit)))...)
 		srv.Register(g)
 		cc, err := grpc.NewClient("passthrough:///api-"+id, opts...)
 		if err != nil {
@@ -397,6 +406,15 @@ func (fc *fakeCluster) hold(id string, held bool) {
 	if !held {
 		r.catchUpLocked()
 	}
+}
+
+// setUnfit raises a fence on node id (nil lowers it): as raftnode's Unfit
+// would say err.
+func (fc *fakeCluster) setUnfit(id string, err error) {
+	r := fc.node(id).rep
+	fc.log.mu.Lock()
+	defer fc.log.mu.Unlock()
+	r.unfit = err
 }
 
 // entries is the log's length.

@@ -5,6 +5,8 @@ import (
 	"strings"
 
 	"google.golang.org/grpc"
+
+	pb "github.com/lockcluster/lockcluster/api/lockclusterv1"
 )
 
 // A replica that is unfit to serve (raftnode's fences: its applied history
@@ -14,10 +16,13 @@ import (
 // call with Unavailable (reason REPLICA_DIVERGED for a divergence,
 // NOT_READY otherwise), naming the cause, while unfit returns an error.
 // Clients move to another node. Health and reflection stay open (health
-// says NOT_SERVING).
+// says NOT_SERVING), and so does Cluster/Status: it tells only the node's
+// own facts (no lock state), among them why it is unfit (its unfit field),
+// so that the leader's probes and `lockcluster status` show a fenced node
+// as reachable and fenced, with the reason, not as unreachable.
 
 func fenced(method string, diverged func() error) error {
-	if !strings.HasPrefix(method, "/lockcluster.v1.") {
+	if !strings.HasPrefix(method, "/lockcluster.v1.") || method == pb.Cluster_Status_FullMethodName {
 		return nil
 	}
 	if err := diverged(); err != nil {

@@ -1,11 +1,16 @@
 package server
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	pb "github.com/lockcluster/lockcluster/api/lockclusterv1"
+	"github.com/lockcluster/lockcluster/raftnode"
 )
 
 // Members says what the leader sees of each member, wherever it is asked:
@@ -63,6 +68,72 @@ func TestMembersShowWhatTheLeaderSees(t *testing.T) {
 	}
 	if !ms["n1"].Leader || ms["n1"].Lag != 0 {
 		t.Fatalf("the leader: %v", ms["n1"])
+	}
+}
+
+// A member that is unfit to serve (raftnode's fences: here a damaged log)
+// still answers Status, saying why, while every other call on it fails
+// Unavailable; the leader's probes carry the reason into Members, wherever
+// it is asked, with the member reachable: not "unreachable for 12s". Once
+// the fence is lowered, Members says so too.
+func TestFencedMemberSaysWhy(t *testing.T) {
+	fc := newFakeCluster(t, 3, fakeOptions{configure: func(c *Config) { c.ProbeInterval = 5 * time.Millisecond }})
+	ctx := testCtx(t)
+	members := func(via string) map[string]*pb.Member {
+		t.Helper()
+		r, err := fc.node(via).clus.Members(ctx, &pb.MembersRequest{})
+		if err != nil {
+			t.Fatalf("members via %s: %v", via, err)
+		}
+		out := map[string]*pb.Member{}
+		for _, m := range r.Members {
+			out[m.Id] = m
+		}
+		return out
+	}
+	eventually(t, "every member probed and reachable", func() bool {
+		ms := members("n2")
+		for _, id := range []string{"n1", "n2", "n3"} {
+			if m := ms[id]; m == nil || !m.Probed || !m.Reachable {
+				return false
+			}
+		}
+		return true
+	})
+	if st, err := fc.node("n3").clus.Status(ctx, &pb.StatusRequest{}); err != nil || st.Unfit != "" {
+		t.Fatalf("a fit node's Status: %v, %v: want no unfit", st, err)
+	}
+
+	damage := fmt.Errorf("this node's raft log is damaged from index 882 (/data/raft/wal/00001.wal: %w: bad frame header); it serves no clients", raftnode.ErrDamaged)
+	fc.setUnfit("n3", damage)
+	st, err := fc.node("n3").clus.Status(ctx, &pb.StatusRequest{})
+	if err != nil || st.Unfit != damage.Error() || st.NodeId != "n3" {
+		t.Fatalf("the fenced node's Status: %v, %v: want it to answer, unfit %q", st, err, damage)
+	}
+	if _, err := fc.node("n3").clus.Members(ctx, &pb.MembersRequest{}); status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "damaged") {
+		t.Fatalf("Members on the fenced node: %v: want Unavailable naming the damage (only Status is exempt)", err)
+	}
+	if _, err := fc.node("n3").locks.Query(ctx, &pb.QueryRequest{Namespace: "ns"}); status.Code(err) != codes.Unavailable {
+		t.Fatalf("Query on the fenced node: %v: want Unavailable", err)
+	}
+
+	eventually(t, "the leader to see n3 fenced", func() bool { return members("n1")["n3"].Unfit != "" })
+	for _, via := range []string{"n1", "n2"} {
+		ms := members(via)
+		if m := ms["n3"]; !m.Probed || !m.Reachable || m.Unfit != damage.Error() {
+			t.Fatalf("the fenced member, via %s: %v: want reachable, unfit %q", via, m, damage)
+		}
+		for _, id := range []string{"n1", "n2"} {
+			if m := ms[id]; !m.Reachable || m.Unfit != "" {
+				t.Fatalf("%s, via %s: %v: want reachable and fit", id, via, m)
+			}
+		}
+	}
+
+	fc.setUnfit("n3", nil)
+	eventually(t, "the leader to see n3 fit again", func() bool { return members("n2")["n3"].Unfit == "" })
+	if st, err := fc.node("n3").clus.Status(ctx, &pb.StatusRequest{}); err != nil || st.Unfit != "" {
+		t.Fatalf("the node's Status once fit: %v, %v", st, err)
 	}
 }
 

@@ -13,14 +13,16 @@ import (
 )
 
 // The leader probes every member's API (a Status call with a deadline of
-// a second, or of the interval if longer) and remembers what it saw, so that Members, status and the
-// status page can say "unreachable for 12s, 40 entries behind" instead of
-// listing a dead node as a healthy follower. hashicorp/raft does not
-// expose what the leader knows of its followers (their applied index,
-// their version); Consul's autopilot asks every server for its stats the
-// same way. It does report failed heartbeats, with the follower's last
-// contact (raftnode.PeerContact): that is what a member without an API
-// address to probe is judged by.
+// a second, or of the interval if longer) and remembers what it saw, so
+// that Members, status and the status page can say "unreachable for 12s,
+// 40 entries behind", or why a member serves no clients (Status answers
+// while the member is fenced: fence.go), instead of listing a dead or
+// fenced node as a healthy follower. hashicorp/raft does not expose what
+// the leader knows of its followers (their applied index, their version);
+// Consul's autopilot asks every server for its stats the same way. It
+// does report failed heartbeats, with the follower's last contact
+// (raftnode.PeerContact): that is what a member without an API address to
+// probe is judged by.
 
 // defaultProbeInterval is how often the leader probes each member.
 const defaultProbeInterval = time.Second
@@ -31,6 +33,7 @@ type memberSeen struct {
 	applied   uint64
 	commit    uint64 // the leader's commit index when the answer came
 	version   string
+	unfit     string // why the member is unfit to serve ("" while fit)
 }
 
 type prober struct {
@@ -91,7 +94,7 @@ func (s *Server) probeOne(ctx context.Context, id, addr string, timeout time.Dur
 	seen := s.probes.seen[id]
 	seen.reachable = err == nil
 	if err == nil {
-		seen.contact, seen.applied, seen.commit, seen.version = s.cfg.Now(), st.AppliedIndex, commit, st.Version
+		seen.contact, seen.applied, seen.commit, seen.version, seen.unfit = s.cfg.Now(), st.AppliedIndex, commit, st.Version, st.Unfit
 	}
 	s.probes.seen[id] = seen
 }
@@ -110,7 +113,7 @@ func (s *Server) describe(m *pb.Member) {
 	if m.Id == s.cfg.Self.ID {
 		m.Probed = true
 		r := s.replica()
-		m.Reachable, m.SinceContact, m.Version = true, durationpb.New(0), Version
+		m.Reachable, m.SinceContact, m.Version, m.Unfit = true, durationpb.New(0), Version, unfitText(r)
 		m.AppliedIndex = r.AppliedIndex()
 		m.Lag = s.commitIndex() - min(m.AppliedIndex, s.commitIndex())
 		return
@@ -131,7 +134,7 @@ func (s *Server) describe(m *pb.Member) {
 		}
 		return
 	}
-	m.Probed, m.Reachable, m.AppliedIndex, m.Version = true, seen.reachable, seen.applied, seen.version
+	m.Probed, m.Reachable, m.AppliedIndex, m.Version, m.Unfit = true, seen.reachable, seen.applied, seen.version, seen.unfit
 	m.Lag = seen.commit - min(seen.applied, seen.commit)
 	if !seen.contact.IsZero() {
 		m.SinceContact = durationpb.New(s.cfg.Now().Sub(seen.contact))

@@ -46,6 +46,11 @@ type Replica interface {
 	Members() ([]raftnode.Member, error)
 	Join(ctx context.Context, id, addr string) error
 	Leave(ctx context.Context, id string) error
+	// Unfit returns nil while this node may serve clients, and otherwise
+	// why not (raftnode's fences: diverged, damaged, storage failing,
+	// behind). Status reports it; the interceptors in fence.go refuse every
+	// other call meanwhile.
+	Unfit() error
 }
 
 var _ Replica = (*raftnode.Node)(nil)

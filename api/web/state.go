@@ -35,11 +35,15 @@ type member struct {
 
 // Health is what the leader's probes saw of a member: whether its API
 // answered the last one, how long ago it last did (-1: never, in this
-// leader's term), and how many committed entries it had not applied.
+// leader's term), how many committed entries it had not applied, and why
+// it serves no clients, if it said so (its Status unfit: a diverged
+// history, damaged stores, a disk that takes no writes, a lag behind the
+// leader; "" while it is fit).
 type Health struct {
 	Reachable           bool    `json:"reachable"`
 	SinceContactSeconds float64 `json:"sinceContactSeconds"`
 	Lag                 uint64  `json:"lag"`
+	Unfit               string  `json:"unfit,omitempty"`
 }
 
 // namespace is one namespace's sessions and locks. Held and Pending list

@@ -142,3 +142,27 @@ func TestMembersShowHealth(t *testing.T) {
 		t.Fatalf("members: %+v", st.Members)
 	}
 }
+
+// A member that answers the leader but serves no clients (its Status
+// unfit) shows why, in /api/state's JSON, which the page shows as fenced.
+func TestMembersShowFencedHealth(t *testing.T) {
+	ms := []raftnode.Member{{ID: "n1", Suffrage: "Voter", Leader: true}, {ID: "n2", Suffrage: "Voter"}}
+	const why = "this node's raft log is damaged from index 882 (wal: bad frame header); it serves no clients"
+	st := snapshot(Options{NodeID: "n1", Raft: fakeRaft{ms}, Machine: fsm.New(), Health: func() map[string]Health {
+		return map[string]Health{"n1": {Reachable: true}, "n2": {Reachable: true, Unfit: why}}
+	}})
+	b, err := json.Marshal(st.Members)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back []struct {
+		ID     string         `json:"id"`
+		Health map[string]any `json:"health"`
+	}
+	if err := json.Unmarshal(b, &back); err != nil || len(back) != 2 {
+		t.Fatalf("%v: %s", err, b)
+	}
+	if _, ok := back[0].Health["unfit"]; ok || back[1].Health["unfit"] != why || back[1].Health["reachable"] != true {
+		t.Fatalf("members: %s", b)
+	}
+}

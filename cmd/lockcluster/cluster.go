@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
+	"regexp"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -40,8 +42,11 @@ func newMembers(g *globals) *cobra.Command {
 		Short: "List the cluster's members, and how each looks to the leader",
 		Long: `List the cluster's members. HEALTH is what the leader sees of each, from
 probing its API every second: "ok", "ok, N behind" (committed entries it
-has not applied), "unreachable for 12s", or "unknown" when no leader
-answered or it has not probed the member yet.`,
+has not applied), "unreachable for 12s", "fenced: WHY" when the member
+answers but serves no clients ("fenced: damaged log from index 882",
+"fenced: disk full", "fenced: behind", "fenced: diverged"; -o json has the
+member's whole explanation as unfit), or "unknown" when no leader answered
+or it has not probed the member yet.`,
 		Args: cobra.NoArgs,
 		RunE: g.withAdmin(true, func(ctx context.Context, a *lockcluster.Admin, _ []string) error {
 			ms, err := a.Members(ctx)
@@ -52,18 +57,23 @@ answered or it has not probed the member yet.`,
 			if g.output == "json" {
 				return printJSON(os.Stdout, ms)
 			}
-			w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(w, "ID\tROLE\tSUFFRAGE\tGRPC\tRAFT\tHTTP\tVERSION\tHEALTH")
-			for _, m := range ms {
-				role := "follower"
-				if m.Leader {
-					role = "leader"
-				}
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", m.ID, role, m.Suffrage, m.GRPCAddr, m.RaftAddr, m.HTTPAddr, m.Version, health(m))
-			}
-			return w.Flush()
+			return writeMembers(os.Stdout, ms)
 		}),
 	}
+}
+
+// writeMembers is members' table.
+func writeMembers(out io.Writer, ms []lockcluster.Member) error {
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "ID\tROLE\tSUFFRAGE\tGRPC\tRAFT\tHTTP\tVERSION\tHEALTH")
+	for _, m := range ms {
+		role := "follower"
+		if m.Leader {
+			role = "leader"
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", m.ID, role, m.Suffrage, m.GRPCAddr, m.RaftAddr, m.HTTPAddr, m.Version, health(m))
+	}
+	return w.Flush()
 }
 
 // health says how member m looks to the leader.
@@ -75,11 +85,51 @@ func health(m lockcluster.Member) string {
 		return "unreachable (never answered this leader)"
 	case !m.Reachable:
 		return "unreachable for " + time.Since(m.LastContact).Round(time.Second).String()
+	case m.Unfit != "":
+		return "fenced: " + fenceSummary(m.Unfit)
 	case m.Lag > 0:
 		return fmt.Sprintf("ok, %d behind", m.Lag)
 	}
 	return "ok"
 }
+
+// fenceSummary is a few words for a node's unfit (raftnode's fences, as
+// Status says them: raftnode/checkpoint.go, damage.go, diskguard.go and
+// behind.go), for a table cell; -o json has the whole text.
+func fenceSummary(unfit string) string {
+	if m := damagedStore.FindStringSubmatch(unfit); m != nil {
+		what := m[1]
+		if what == "raft log" {
+			what = "log"
+		}
+		return "damaged " + what + m[2]
+	}
+	switch {
+	case strings.Contains(unfit, "cannot be written"):
+		if strings.Contains(unfit, "no space left on device") || strings.Contains(unfit, "disk quota exceeded") {
+			return "disk full"
+		}
+		return "disk not writable"
+	case strings.Contains(unfit, "diverged"):
+		return "diverged"
+	case strings.Contains(unfit, "short of commit index"):
+		return "behind"
+	}
+	// Not one raftnode says now: its first clause.
+	if i := strings.IndexAny(unfit, ";:("); i > 0 {
+		unfit = unfit[:i]
+	}
+	unfit = strings.TrimSpace(unfit)
+	if r := []rune(unfit); len(r) > 60 {
+		unfit = string(r[:59]) + "…"
+	}
+	return unfit
+}
+
+// damagedStore matches raftnode's storage damage: "this node's raft log
+// is damaged from index 882 (...)", "this node's term and vote store is
+// damaged (...)".
+var damagedStore = regexp.MustCompile(`this node's (.+?) is damaged( from index \d+)?`)
 
 // fillVersions asks the members the leader has no version for (it has not
 // probed them) for theirs, at their client API addresses.
@@ -117,17 +167,8 @@ func newStatus(g *globals) *cobra.Command {
 			if g.output == "json" {
 				return printJSON(os.Stdout, sts)
 			}
-			w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(w, "ENDPOINT\tID\tSTATE\tLEADER\tTERM\tCOMMIT\tAPPLIED\tSESSIONS\tHELD\tPENDING\tVERSION\tERROR")
-			failed := 0
-			for _, s := range sts {
-				if s.Err != "" {
-					failed++
-				}
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\n", s.Addr, s.NodeID, s.State, s.LeaderID, s.Term, s.CommitIndex, s.AppliedIndex, s.Sessions, s.Held, s.Pending, s.Version, s.Err)
-			}
-			w.Flush()
-			if failed == len(sts) {
+			writeStatus(os.Stdout, sts)
+			if answered(sts) == 0 {
 				// Why? Ask once more for a typed error: a refused
 				// credential (77) or a TLS node (69 with the hint).
 				if _, err := a.Members(ctx); err != nil {
@@ -135,25 +176,76 @@ func newStatus(g *globals) *cobra.Command {
 				}
 				return &exitError{code: exitUnavailable, msg: "no endpoint answered"}
 			}
-			if failed > 0 {
-				// A probe or a script must not read a dead node as healthy.
-				return &exitError{code: exitFailure, msg: fmt.Sprintf("%d of %d endpoints did not answer (see ERROR)", failed, len(sts))}
+			if err := endpointsVerdict(sts); err != nil {
+				return err
 			}
 			// Nor a member that is not among the endpoints asked.
 			if ms, err := a.Members(ctx); err == nil {
-				var down []string
-				for _, m := range ms {
-					if m.Probed && !m.Reachable {
-						down = append(down, m.ID+" "+health(m))
-					}
-				}
-				if len(down) > 0 {
-					return &exitError{code: exitFailure, msg: "as the leader sees them: " + strings.Join(down, "; ")}
-				}
+				return membersVerdict(ms)
 			}
 			return nil
 		}),
 	}
+}
+
+// writeStatus is status's table. An endpoint that answers but serves no
+// clients says why in ERROR ("fenced: disk full").
+func writeStatus(out io.Writer, sts []lockcluster.Status) error {
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "ENDPOINT\tID\tSTATE\tLEADER\tTERM\tCOMMIT\tAPPLIED\tSESSIONS\tHELD\tPENDING\tVERSION\tERROR")
+	for _, s := range sts {
+		e := s.Err
+		if e == "" && s.Unfit != "" {
+			e = "fenced: " + fenceSummary(s.Unfit)
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\n", s.Addr, s.NodeID, s.State, s.LeaderID, s.Term, s.CommitIndex, s.AppliedIndex, s.Sessions, s.Held, s.Pending, s.Version, e)
+	}
+	return w.Flush()
+}
+
+// answered counts the endpoints that answered status.
+func answered(sts []lockcluster.Status) int {
+	n := 0
+	for _, s := range sts {
+		if s.Err == "" {
+			n++
+		}
+	}
+	return n
+}
+
+// endpointsVerdict fails (exit 1) when an endpoint did not answer or
+// answered that it serves no clients: a probe or a script must not read a
+// dead or fenced node as healthy.
+func endpointsVerdict(sts []lockcluster.Status) error {
+	var why []string
+	if failed := len(sts) - answered(sts); failed > 0 {
+		why = append(why, fmt.Sprintf("%d of %d endpoints did not answer (see ERROR)", failed, len(sts)))
+	}
+	for _, s := range sts {
+		if s.Err == "" && s.Unfit != "" {
+			why = append(why, fmt.Sprintf("%s (%s) is fenced: %s", s.NodeID, s.Addr, fenceSummary(s.Unfit)))
+		}
+	}
+	if len(why) > 0 {
+		return &exitError{code: exitFailure, msg: strings.Join(why, "; ")}
+	}
+	return nil
+}
+
+// membersVerdict fails (exit 1) when the leader cannot reach a member, or
+// the member answers that it serves no clients.
+func membersVerdict(ms []lockcluster.Member) error {
+	var bad []string
+	for _, m := range ms {
+		if m.Probed && (!m.Reachable || m.Unfit != "") {
+			bad = append(bad, m.ID+" "+health(m))
+		}
+	}
+	if len(bad) > 0 {
+		return &exitError{code: exitFailure, msg: "as the leader sees them: " + strings.Join(bad, "; ")}
+	}
+	return nil
 }
 
 func newJoin(g *globals) *cobra.Command {

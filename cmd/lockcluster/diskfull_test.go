@@ -320,6 +320,20 @@ func TestFullFollowerHandsItsClientsOver(t *testing.T) {
 		return code == http.StatusServiceUnavailable
 	})
 	t.Logf("%s not ready %v after its writes failed", fp.ID, time.Since(failed).Round(time.Millisecond))
+	// It still answers Status, saying why it serves no clients: members
+	// shows it fenced, not unreachable, and status fails naming it.
+	waitFor(t, 15*time.Second, "members to show "+fp.ID+" fenced: disk full", func() bool {
+		out, _ := run(t, pc, "members")
+		for _, line := range strings.Split(out, "\n") {
+			if strings.HasPrefix(line, fp.ID+" ") && strings.HasSuffix(strings.TrimSpace(line), "fenced: disk full") {
+				return true
+			}
+		}
+		return false
+	})
+	if out, code := run(t, pc, "status"); code != exitFailure || !strings.Contains(out, fp.ID+" ("+fp.GRPC+") is fenced") {
+		t.Errorf("status with %s's disk full: exit %d: %s", fp.ID, code, out)
+	}
 	m0 := mine.Load()
 	waitFor(t, 30*time.Second, "grants to the follower's client through another node", func() bool { return mine.Load() >= m0+10 })
 	t.Logf("%d more grants to the follower's client %v after it failed", mine.Load()-m0, time.Since(failed).Round(time.Millisecond))

@@ -74,6 +74,8 @@
       const since = h.sinceContactSeconds < 0 ? "never answered this leader" : "for " + Math.round(h.sinceContactSeconds) + "s";
       return el("span", { class: "chip unreachable" }, "unreachable " + since);
     }
+    // It answers, but serves no clients: its own words say why.
+    if (h.unfit) return [el("span", { class: "chip fenced", title: h.unfit }, "fenced"), " ", el("span", { class: "muted" }, h.unfit)];
     return el("span", { class: "chip ok" }, h.lag > 0 ? "ok, " + h.lag + " behind" : "ok");
   }
 
