@@ -69,7 +69,7 @@ func TestKillLeaderUnderLoadThenWholeCluster(t *testing.T) {
 			sctx, scancel := context.WithTimeout(ctx, time.Second)
 			defer scancel()
 			sts := a.Status(sctx)
-			return len(sts) == 3 && sts[leader].Err == ""
+			return len(sts) == 3 && sts[leader].Err == "" && sts[leader].Unfit == ""
 		})
 	}
 	stopLoad()

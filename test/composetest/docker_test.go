@@ -412,7 +412,7 @@ func caughtUp(t *testing.T, ctx context.Context, limit time.Duration, endpoints 
 		var commit uint64
 		ok := true
 		for _, s := range sts {
-			ok = ok && s.Err == ""
+			ok = ok && s.Err == "" && s.Unfit == ""
 			if s.State == "Leader" {
 				commit = s.CommitIndex
 			}

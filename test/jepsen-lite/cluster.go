@@ -72,7 +72,7 @@ func waitReady(ctx context.Context, c Cluster, d time.Duration) error {
 		cancel()
 		ready := true
 		for _, st := range sts {
-			if st.Err != "" || st.LeaderAddr == "" {
+			if st.Err != "" || st.Unfit != "" || st.LeaderAddr == "" {
 				ready, last = false, fmt.Sprintf("%s: leader %q at %q %s", st.Addr, st.LeaderID, st.LeaderAddr, st.Err)
 			}
 		}

@@ -64,7 +64,7 @@ func WaitCaughtUp(ctx context.Context, d time.Duration, addrs []string, opts ...
 		cancel()
 		ok := true
 		for _, st := range sts {
-			ok = ok && st.Err == "" && st.LeaderID != ""
+			ok = ok && st.Err == "" && st.Unfit == "" && st.LeaderID != ""
 			if st.Err == "" && st.State == "Leader" && target == 0 {
 				target = st.CommitIndex
 			}
