@@ -116,14 +116,21 @@ func scanWALTail(walDir string, lastIndex uint64) (*storageDamage, error) {
 // types.PersistentState under key "m" of bucket "wal-meta" in the bolt
 // file wal-meta.db). The WAL holds the file open with bolt's exclusive
 // lock (bbolt.Open with nil options waits for it forever), so this reads a
-// copy. Nothing writes the file between Open and the first append.
+// copy, made in the data directory. Nothing writes the file between Open
+// and the first append.
 func readWALMeta(walDir string) (types.PersistentState, error) {
 	var st types.PersistentState
 	b, err := os.ReadFile(filepath.Join(walDir, metadb.FileName))
 	if err != nil {
 		return st, fmt.Errorf("raftnode: reading raft-wal's metadata: %w", err)
 	}
-	tmp, err := os.MkdirTemp("", "lockcluster-walmeta-")
+	// The copy goes next to the log, not in the system's temporary
+	// directory: a container built FROM scratch has none.
+	stale, _ := filepath.Glob(filepath.Join(filepath.Dir(walDir), ".walmeta-*")) // left by a crash
+	for _, d := range stale {
+		os.RemoveAll(d)
+	}
+	tmp, err := os.MkdirTemp(filepath.Dir(walDir), ".walmeta-")
 	if err != nil {
 		return st, fmt.Errorf("raftnode: %w", err)
 	}
