@@ -13,3 +13,6 @@ func (c *Client) SessionSecret() []byte {
 
 // OnStream reports whether the session's writes go on its stream now.
 func (c *Client) OnStream() bool { return c.caller.Load() != nil }
+
+// ReattachDelay is reattachDelay, for TestReattachDelaySpreads.
+var ReattachDelay = reattachDelay

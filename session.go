@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -228,10 +229,27 @@ func (s *session) run() {
 		select {
 		case <-s.ctx.Done():
 			return
-		case <-time.After(backoff):
+		case <-time.After(reattachDelay(backoff, s.ttl)):
 		}
 		backoff = min(2*backoff, 500*time.Millisecond)
 	}
+}
+
+// reattachDelay is how long a session waits before it attaches its stream
+// again: the backoff, at least half of it, randomised (full jitter on the
+// upper half), and never less than a random share of TTL/20. When a node
+// fails, every session whose stream it carried reattaches at once; 10,000
+// of them within a few milliseconds made a storm that starved raft on the
+// node they moved to (issue 21). Spread over TTL/20 (500 ms at the default
+// 10 s TTL) they cost the same in all and leave room for raft's
+// heartbeats; TTL/20 is small next to the TTL/3 a session may go without
+// an acknowledged heartbeat before it moves anyway.
+func reattachDelay(backoff, ttl time.Duration) time.Duration {
+	d := backoff/2 + rand.N(backoff/2+1)
+	if spread := ttl / 20; spread > 0 {
+		d = max(d, rand.N(spread))
+	}
+	return d
 }
 
 // stream runs one session stream, on endpoint i, until it fails.

@@ -91,3 +91,23 @@ func TestJeopardyCancelsLocks(t *testing.T) {
 		t.Fatal("acquired with the cluster down")
 	}
 }
+
+// reattachDelay spreads a reattach over TTL/20 and keeps at least half
+// the backoff (issue 21: 10,000 sessions reattaching at once starved raft).
+func TestReattachDelaySpreads(t *testing.T) {
+	const ttl = 10 * time.Second
+	var lo, hi time.Duration = time.Hour, 0
+	for range 2000 {
+		d := lockcluster.ReattachDelay(20*time.Millisecond, ttl)
+		if d < 10*time.Millisecond || d > ttl/20 {
+			t.Fatalf("lockcluster.ReattachDelay(20ms, 10s) = %s: want within [10ms, 500ms]", d)
+		}
+		lo, hi = min(lo, d), max(hi, d)
+	}
+	if hi-lo < ttl/40 {
+		t.Fatalf("2000 delays spread over only %s..%s: want about TTL/20", lo, hi)
+	}
+	if d := lockcluster.ReattachDelay(400*time.Millisecond, 0); d < 200*time.Millisecond || d > 400*time.Millisecond {
+		t.Fatalf("lockcluster.ReattachDelay(400ms, no TTL) = %s: want within [200ms, 400ms]", d)
+	}
+}

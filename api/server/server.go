@@ -95,20 +95,21 @@ type Server struct {
 	pb.UnimplementedLocksServer
 	pb.UnimplementedClusterServer
 
-	cfg       Config
-	m         *fsm.Machine
-	node      atomic.Pointer[replicaCell]
-	live      *session.Liveness // session deadlines and heartbeats: session/DESIGN.md
-	hub       *hub
-	peers     *peers
-	rate      *rateLimiter[uint64] // per session
-	nsRate    *rateLimiter[string] // per namespace, on the leader
-	refusal   *rateLimiter[string] // paces a namespace's limit refusals
-	gate      gate                 // admit.go
-	probes    prober               // probe.go
-	callAudit *auditor             // audits the calls on session streams
-	log       hclog.Logger
-	done      chan struct{} // closed when Run returns: streams end
+	cfg        Config
+	m          *fsm.Machine
+	node       atomic.Pointer[replicaCell]
+	live       *session.Liveness // session deadlines and heartbeats: session/DESIGN.md
+	hub        *hub
+	peers      *peers
+	rate       *rateLimiter[uint64] // per session
+	nsRate     *rateLimiter[string] // per namespace, on the leader
+	refusal    *rateLimiter[string] // paces a namespace's limit refusals
+	gate       gate                 // admit.go
+	probes     prober               // probe.go
+	callAudit  *auditor             // audits the calls on session streams
+	leaderless leaderless           // since when this node has known no leader (touch.go)
+	log        hclog.Logger
+	done       chan struct{} // closed when Run returns: streams end
 }
 
 // New returns a Server. Pass its Apply to the raft adapter as the sink,

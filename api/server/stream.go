@@ -22,9 +22,10 @@ import (
 // Synced with where every request of the session stands, and from then on
 // every event of the session in log order (events with seq up to the
 // Synced's are already reflected in it). Heartbeats are acknowledged once
-// the leader has renewed the session; a node that knows no leader ends the
-// stream with Unavailable at the first heartbeat it cannot have renewed,
-// so that the client moves to another node. A client that reconnects, to this
+// the leader has renewed the session; a node that has known no leader for
+// longer than an election takes (noLeaderGrace) ends the stream with
+// Unavailable at the next heartbeat it cannot have renewed, so that the
+// client moves to another node. A client that reconnects, to this
 // node or another, attaches again and resynchronises: together with the
 // per-session event seq this delivers every outcome exactly once.
 func (s *Server) Session(stream pb.Locks_SessionServer) error {
@@ -175,11 +176,12 @@ func (h *heartbeater) done(hb uint64, known bool, err error) {
 	ctx := h.ctx
 	var out *pb.SessionDown
 	switch {
-	case (errors.Is(err, session.ErrNotLeading) || err != nil && ctx.Err() == nil) && !h.s.knowsLeader():
-		// Nobody here can renew the session (an election, or this
-		// node is cut off): say so at once, so that the client moves
-		// its stream to a node that can, instead of losing the session
-		// after a TTL of silence (docs/chaos.md, finding 2).
+	case (errors.Is(err, session.ErrNotLeading) || err != nil && ctx.Err() == nil) && h.s.leaderlessFor() >= noLeaderGrace:
+		// Nobody here has been able to renew the session for longer
+		// than an election takes (this node is cut off): say so, so
+		// that the client moves its stream to a node that can, instead
+		// of losing the session after a TTL of silence (docs/chaos.md,
+		// finding 2). Not sooner: see noLeaderGrace.
 		h.fail(rpcerr.NoLeader(fmt.Sprintf("node %s knows no leader to renew session %d: reconnect to another node", h.s.cfg.Self.ID, h.id)))
 		return
 	case errors.Is(err, session.ErrNotLeading), err != nil && ctx.Err() == nil:

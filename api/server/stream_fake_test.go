@@ -243,23 +243,45 @@ func TestHeartbeatsFollowANewLeader(t *testing.T) {
 	}
 }
 
-// A node that knows no leader ends the stream at the first heartbeat it
-// cannot have renewed, so the client moves to a node that can.
+// A node that has known no leader for longer than an election takes
+// (noLeaderGrace) ends the stream at the next heartbeat it cannot have
+// renewed, so the client moves to a node that can; not sooner: during an
+// election every stream ending at once is a reconnect storm (issue 21).
 func TestStreamEndsWhenNoLeaderIsKnown(t *testing.T) {
 	fc := newFakeCluster(t, 3, fakeOptions{})
 	s := openTTL(t, fc.node("n1"), "nl", time.Minute)
 	st, _ := fc.node("n2").attach(t, s, "nl", s.Index)
+	ended := make(chan time.Duration, 1)
 	fc.elect("")
-	st.heartbeat()
+	lost := fc.clock.Now()
+	go func() {
+		for {
+			m, err := st.st.Recv()
+			if err == nil && m.GetHeartbeatAck() != nil {
+				continue
+			}
+			if status.Code(err) != codes.Unavailable || reasonOf(err) != pb.ErrorReason_NOT_LEADER {
+				t.Errorf("heartbeat with no leader: %v, %v: want the stream ended Unavailable NOT_LEADER", m, err)
+			}
+			ended <- fc.clock.Now().Sub(lost)
+			return
+		}
+	}()
+	step := noLeaderGrace / 4
 	for {
-		m, err := st.st.Recv()
-		if err == nil && m.GetHeartbeatAck() != nil {
-			continue
+		st.heartbeat()
+		select {
+		case after := <-ended:
+			if after < noLeaderGrace {
+				t.Fatalf("the stream ended %s after the leader was lost: want no sooner than %s", after, noLeaderGrace)
+			}
+			return
+		case <-time.After(20 * time.Millisecond): // the heartbeat's answer is asynchronous
 		}
-		if status.Code(err) != codes.Unavailable || reasonOf(err) != pb.ErrorReason_NOT_LEADER {
-			t.Fatalf("heartbeat with no leader: %v, %v: want the stream ended Unavailable NOT_LEADER", m, err)
+		if fc.clock.Now().Sub(lost) > 4*noLeaderGrace {
+			t.Fatal("the stream did not end with no leader known")
 		}
-		return
+		fc.clock.Advance(step)
 	}
 }
 

@@ -2,6 +2,8 @@ package server
 
 import (
 	"context"
+	"sync/atomic"
+	"time"
 
 	pb "github.com/lockcluster/lockcluster/api/lockclusterv1"
 	"github.com/lockcluster/lockcluster/raftnode"
@@ -36,6 +38,35 @@ func (s *Server) knowsLeader() bool {
 	}
 	id, _ := node.Leader()
 	return id != ""
+}
+
+// noLeaderGrace is how long a node must have known no leader before it
+// ends session streams for it, so that their clients move to a node that
+// can renew them. An election takes about a second (raft's timeouts are
+// 500 ms). Ending every stream at the first heartbeat of an election
+// (6c1ad30) made all of a node's clients re-attach at once, to nodes that
+// knew no leader either: with 10,000 sessions on 2 cores that storm kept
+// each new leader from reaching a quorum within its lease, and elections
+// went on for a minute (issue 21). A node cut off from the leader still
+// ends its streams within the grace plus a heartbeat interval, well
+// before the client's own TTL/3 limit without acknowledgements.
+const noLeaderGrace = 2 * time.Second
+
+// leaderless remembers since when this node has known no leader. It is
+// updated by whoever asks (every heartbeat's answer), on the server's
+// clock.
+type leaderless struct{ since atomic.Int64 } // unix ns; 0: a leader is known
+
+// leaderlessFor returns how long this node has known no leader (0 while
+// it knows one).
+func (s *Server) leaderlessFor() time.Duration {
+	if s.knowsLeader() {
+		s.leaderless.since.Store(0)
+		return 0
+	}
+	now := s.cfg.Now().UnixNano()
+	s.leaderless.since.CompareAndSwap(0, now)
+	return time.Duration(now - s.leaderless.since.Load())
 }
 
 func (s *Server) notLeader() error {
