@@ -30,6 +30,10 @@ type Config struct {
 	DialOptions []grpc.DialOption
 	// SessionTick is the resolution of session deadlines (default 50ms).
 	SessionTick time.Duration
+	// AttachesInFlight bounds the session attaches a node works on at once
+	// (default 64); AttachQueue more wait up to 2 s (default 2048, -1:
+	// none), and the rest are refused at once, retryably (admission.go).
+	AttachesInFlight, AttachQueue int
 	// HeartbeatFlush is how long a follower gathers heartbeats before it
 	// forwards them to the leader in one call (default 20ms).
 	HeartbeatFlush time.Duration
@@ -108,6 +112,7 @@ type Server struct {
 	probes     prober               // probe.go
 	callAudit  *auditor             // audits the calls on session streams
 	leaderless leaderless           // since when this node has known no leader (touch.go)
+	attaches   *attachGate          // admission.go
 	log        hclog.Logger
 	done       chan struct{} // closed when Run returns: streams end
 }
@@ -131,6 +136,11 @@ func New(cfg Config) *Server {
 		cfg.DialOptions = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
 	}
 	s := &Server{cfg: cfg, m: cfg.Machine, log: cfg.Logger, done: make(chan struct{})}
+	queue := cfg.AttachQueue
+	if queue == 0 {
+		queue = defaultAttachQueue
+	}
+	s.attaches = newAttachGate(cfg.AttachesInFlight, queue)
 	s.hub = newHub(cfg.Machine.LastIndex, cfg.StreamBacklogBytes)
 	s.peers = newPeers(cfg.DialOptions)
 	s.live = session.New(session.Config{Expirer: expirer{s}, Replica: sessionReplica{s}, Forwarder: forwarder{s},

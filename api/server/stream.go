@@ -41,6 +41,16 @@ func (s *Server) Session(stream pb.Locks_SessionServer) error {
 	if err := s.m.Limits().Check(&fsm.CloseSession{Namespace: at.Namespace}); err != nil {
 		return toStatus(err)
 	}
+	release, err := s.attaches.enter(ctx, s.cfg.Self.ID)
+	if err != nil {
+		return err
+	}
+	attached := false
+	defer func() {
+		if !attached {
+			release()
+		}
+	}()
 	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	err = s.hub.waitApplied(wctx, at.MinIndex)
 	cancel()
@@ -72,6 +82,8 @@ func (s *Server) Session(stream pb.Locks_SessionServer) error {
 	if err := stream.Send(&pb.SessionDown{Kind: &pb.SessionDown_Synced{Synced: synced}}); err != nil {
 		return err
 	}
+	attached = true
+	release() // attached: heartbeats and events are not gated
 
 	acks := make(chan *pb.SessionDown, 64) // heartbeat acks and call replies
 	recvErr := make(chan error, 1)

@@ -303,3 +303,41 @@ func TestStreamOfAnEndedSession(t *testing.T) {
 		t.Fatalf("attach of an ended session: %v, %v: want FailedPrecondition SESSION_CLOSED", m, err)
 	}
 }
+
+// Attaches beyond the node's bound are refused at once with a retryable
+// Unavailable (NOT_READY), before any work is done for them; once a slot
+// frees, an attach goes through again (issue 21).
+func TestAttachesBeyondTheBoundAreShed(t *testing.T) {
+	fc := newFakeCluster(t, 3, fakeOptions{configure: func(c *Config) { c.AttachesInFlight, c.AttachQueue = 1, -1 }})
+	s := openTTL(t, fc.node("n1"), "adm", time.Minute)
+	n2 := fc.node("n2")
+
+	// A holds the only slot: it waits for an index the node has not applied.
+	actx, acancel := context.WithCancel(testCtx(t))
+	a, err := n2.locks.Session(actx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Send(&pb.SessionUp{Kind: &pb.SessionUp_Attach{Attach: &pb.Attach{Namespace: "adm", SessionId: s.SessionId, MinIndex: s.Index + 1000, SessionSecret: s.Secret}}}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "A to hold the slot", func() bool { return len(n2.srv.attaches.slots) == 1 })
+
+	b, err := n2.locks.Session(testCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Send(&pb.SessionUp{Kind: &pb.SessionUp_Attach{Attach: &pb.Attach{Namespace: "adm", SessionId: s.SessionId, MinIndex: s.Index, SessionSecret: s.Secret}}}); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := b.Recv(); status.Code(err) != codes.Unavailable || reasonOf(err) != pb.ErrorReason_NOT_READY {
+		t.Fatalf("an attach beyond the bound: %v, %v: want Unavailable NOT_READY", m, err)
+	}
+	if n2.srv.attaches.shed.Load() != 1 {
+		t.Fatalf("shed %d attaches, want 1", n2.srv.attaches.shed.Load())
+	}
+
+	acancel() // A gives up: its slot frees
+	eventually(t, "A's slot to free", func() bool { return len(n2.srv.attaches.slots) == 0 })
+	n2.attach(t, s, "adm", s.Index)
+}
