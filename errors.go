@@ -2,6 +2,7 @@ package lockcluster
 
 import (
 	"errors"
+	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -140,4 +141,20 @@ func retryable(err error) bool {
 		return false
 	}
 	return st.Code() == codes.Unavailable
+}
+
+// retryDelay returns the delay a status error's RetryInfo asks for (a
+// node shedding attaches, or ending every stream at once, spreads its
+// clients' return with it).
+func retryDelay(err error) (time.Duration, bool) {
+	st, ok := status.FromError(err)
+	if !ok {
+		return 0, false
+	}
+	for _, d := range st.Details() {
+		if ri, ok := d.(*errdetails.RetryInfo); ok && ri.RetryDelay != nil {
+			return ri.RetryDelay.AsDuration(), true
+		}
+	}
+	return 0, false
 }

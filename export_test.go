@@ -1,5 +1,7 @@
 package lockcluster
 
+import "time"
+
 // SessionSecret returns the current session's secret, for tests that act
 // on the session behind the client's back (as an expiry would). Only the
 // tests see it.
@@ -16,3 +18,8 @@ func (c *Client) OnStream() bool { return c.caller.Load() != nil }
 
 // ReattachDelay is reattachDelay, for TestReattachDelaySpreads.
 var ReattachDelay = reattachDelay
+
+// ReattachAfter is a session's wait after its stream ended with err.
+func ReattachAfter(ttl time.Duration, err error, backoff time.Duration) time.Duration {
+	return (&session{ttl: ttl}).reattachAfter(err, backoff)
+}

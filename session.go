@@ -229,10 +229,25 @@ func (s *session) run() {
 		select {
 		case <-s.ctx.Done():
 			return
-		case <-time.After(reattachDelay(backoff, s.ttl)):
+		case <-time.After(s.reattachAfter(err, backoff)):
 		}
 		backoff = min(2*backoff, 500*time.Millisecond)
 	}
+}
+
+// reattachAfter is how long to wait after a stream ended with err: the
+// jittered backoff, or the delay the node asked for (RetryInfo) if longer,
+// but never more than TTL/6, well inside the TTL/3 a session may go
+// without an acknowledged heartbeat.
+func (s *session) reattachAfter(err error, backoff time.Duration) time.Duration {
+	d := reattachDelay(backoff, s.ttl)
+	if asked, ok := retryDelay(err); ok && asked > d {
+		d = asked
+		if s.ttl > 0 {
+			d = min(d, s.ttl/6)
+		}
+	}
+	return d
 }
 
 // reattachDelay is how long a session waits before it attaches its stream

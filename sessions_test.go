@@ -6,8 +6,11 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/lockcluster/lockcluster"
@@ -109,5 +112,27 @@ func TestReattachDelaySpreads(t *testing.T) {
 	}
 	if d := lockcluster.ReattachDelay(400*time.Millisecond, 0); d < 200*time.Millisecond || d > 400*time.Millisecond {
 		t.Fatalf("lockcluster.ReattachDelay(400ms, no TTL) = %s: want within [200ms, 400ms]", d)
+	}
+}
+
+// A node's RetryInfo (a shed attach, every stream ended at once) is
+// honoured when longer than the session's own delay, within TTL/6.
+func TestReattachHonoursRetryInfo(t *testing.T) {
+	const ttl = 10 * time.Second
+	asking := func(d time.Duration) error {
+		st, err := status.New(codes.Unavailable, "shed").WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(d)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Err()
+	}
+	if d := lockcluster.ReattachAfter(ttl, asking(900*time.Millisecond), 20*time.Millisecond); d != 900*time.Millisecond {
+		t.Fatalf("asked to wait 900ms: waits %s", d)
+	}
+	if d := lockcluster.ReattachAfter(ttl, asking(time.Minute), 20*time.Millisecond); d != ttl/6 {
+		t.Fatalf("asked to wait a minute: waits %s, want TTL/6", d)
+	}
+	if d := lockcluster.ReattachAfter(ttl, errors.New("plain"), 20*time.Millisecond); d > ttl/20 {
+		t.Fatalf("no RetryInfo: waits %s, want at most TTL/20", d)
 	}
 }

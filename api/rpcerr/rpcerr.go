@@ -13,10 +13,12 @@ package rpcerr
 import (
 	"context"
 	"errors"
+	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	pb "github.com/lockcluster/lockcluster/api/lockclusterv1"
 	"github.com/lockcluster/lockcluster/fsm"
@@ -51,6 +53,20 @@ func New(code codes.Code, reason pb.ErrorReason, name, msg string, meta map[stri
 		st = d
 	}
 	return st.Err()
+}
+
+// WithRetryDelay adds a google.rpc.RetryInfo to a status error: the
+// client should wait delay before it tries again (a node shedding load
+// spreads its clients' return). Other errors pass through unchanged.
+func WithRetryDelay(err error, delay time.Duration) error {
+	st, ok := status.FromError(err)
+	if !ok {
+		return err
+	}
+	if d, derr := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(delay)}); derr == nil {
+		return d.Err()
+	}
+	return err
 }
 
 // Status maps any error of this node to a gRPC status error. A status

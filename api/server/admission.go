@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"sync/atomic"
 	"time"
 
@@ -17,8 +18,8 @@ import (
 // and appends (issue 21). A node lets a bounded number of attaches work at
 // once, queues a bounded number more for a short while, and refuses the
 // rest at once with a retryable Unavailable (NOT_READY) before doing any
-// work for them: the client tries again after a jittered backoff, on this
-// node or another. An attached stream leaves the gate once its Synced is
+// work for them, with a RetryInfo delay drawn from 0.25-1 s: the client
+// tries again after it, on this node or another. An attached stream leaves the gate once its Synced is
 // sent; heartbeats and events are not gated.
 const (
 	defaultAttachesInFlight = 64
@@ -69,7 +70,12 @@ func (g *attachGate) enter(ctx context.Context, node string) (release func(), er
 	}
 }
 
+// attachRetry is the window a refused attach is told to come back in
+// (RetryInfo): a random delay in it spreads the refused clients' return.
+const attachRetryMin, attachRetryWindow = 250 * time.Millisecond, 750 * time.Millisecond
+
 func (g *attachGate) refuse(node string) error {
 	g.shed.Add(1)
-	return toStatus(fmt.Errorf("%w: node %s has %d session attaches in flight and %d queued; try again shortly", rpcerr.ErrNotReady, node, cap(g.slots), g.maxWaiting))
+	err := toStatus(fmt.Errorf("%w: node %s has %d session attaches in flight and %d queued; try again shortly", rpcerr.ErrNotReady, node, cap(g.slots), g.maxWaiting))
+	return rpcerr.WithRetryDelay(err, attachRetryMin+rand.N(attachRetryWindow))
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -194,7 +195,8 @@ func (h *heartbeater) done(hb uint64, known bool, err error) {
 		// that the client moves its stream to a node that can, instead
 		// of losing the session after a TTL of silence (docs/chaos.md,
 		// finding 2). Not sooner: see noLeaderGrace.
-		h.fail(rpcerr.NoLeader(fmt.Sprintf("node %s knows no leader to renew session %d: reconnect to another node", h.s.cfg.Self.ID, h.id)))
+		h.fail(rpcerr.WithRetryDelay(rpcerr.NoLeader(fmt.Sprintf("node %s knows no leader to renew session %d: reconnect to another node", h.s.cfg.Self.ID, h.id)),
+			rand.N(attachRetryWindow))) // every stream of the node ends now: spread their return
 		return
 	case errors.Is(err, session.ErrNotLeading), err != nil && ctx.Err() == nil:
 		return // no leader renewed it: no ack; the client sends again

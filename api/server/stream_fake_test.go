@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -330,8 +331,12 @@ func TestAttachesBeyondTheBoundAreShed(t *testing.T) {
 	if err := b.Send(&pb.SessionUp{Kind: &pb.SessionUp_Attach{Attach: &pb.Attach{Namespace: "adm", SessionId: s.SessionId, MinIndex: s.Index, SessionSecret: s.Secret}}}); err != nil {
 		t.Fatal(err)
 	}
-	if m, err := b.Recv(); status.Code(err) != codes.Unavailable || reasonOf(err) != pb.ErrorReason_NOT_READY {
+	m, err := b.Recv()
+	if status.Code(err) != codes.Unavailable || reasonOf(err) != pb.ErrorReason_NOT_READY {
 		t.Fatalf("an attach beyond the bound: %v, %v: want Unavailable NOT_READY", m, err)
+	}
+	if d, ok := retryInfoOf(err); !ok || d < attachRetryMin || d > attachRetryMin+attachRetryWindow {
+		t.Fatalf("the refusal asks to retry after %s (%v): want a RetryInfo within [%s, %s]", d, ok, attachRetryMin, attachRetryMin+attachRetryWindow)
 	}
 	if n2.srv.attaches.shed.Load() != 1 {
 		t.Fatalf("shed %d attaches, want 1", n2.srv.attaches.shed.Load())
@@ -340,4 +345,14 @@ func TestAttachesBeyondTheBoundAreShed(t *testing.T) {
 	acancel() // A gives up: its slot frees
 	eventually(t, "A's slot to free", func() bool { return len(n2.srv.attaches.slots) == 0 })
 	n2.attach(t, s, "adm", s.Index)
+}
+
+// retryInfoOf returns the delay a status error's RetryInfo asks for.
+func retryInfoOf(err error) (time.Duration, bool) {
+	for _, d := range status.Convert(err).Details() {
+		if ri, ok := d.(*errdetails.RetryInfo); ok {
+			return ri.RetryDelay.AsDuration(), true
+		}
+	}
+	return 0, false
 }
