@@ -182,11 +182,12 @@ func (s *Server) Register(g *grpc.Server) {
 func (s *Server) Run(ctx context.Context, node Replica) {
 	s.node.Store(&replicaCell{node})
 	var wg sync.WaitGroup
-	wg.Add(4)
+	wg.Add(5)
 	go func() { defer wg.Done(); s.live.Run(ctx) }()
 	go func() { defer wg.Done(); s.followLeadership(ctx) }()
 	go func() { defer wg.Done(); s.register(ctx) }()
 	go func() { defer wg.Done(); s.probeMembers(ctx) }()
+	go func() { defer wg.Done(); s.watchLeaderless(ctx) }()
 	wg.Wait()
 	close(s.done)
 	s.peers.close()

@@ -57,6 +57,22 @@ const noLeaderGrace = 2 * time.Second
 // clock.
 type leaderless struct{ since atomic.Int64 } // unix ns; 0: a leader is known
 
+// watchLeaderless notes every 100 ms whether this node knows a leader, so
+// that leaderlessFor counts from when the leader was lost, not from the
+// first heartbeat after.
+func (s *Server) watchLeaderless(ctx context.Context) {
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			s.leaderlessFor()
+		}
+	}
+}
+
 // leaderlessFor returns how long this node has known no leader (0 while
 // it knows one).
 func (s *Server) leaderlessFor() time.Duration {
