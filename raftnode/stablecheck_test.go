@@ -342,16 +342,7 @@ func TestStableFlippedNewerSlotIsDamage(t *testing.T) {
 			newest, _ := shadowSlots(t, dir)
 			shadow := filepath.Join(dir, stableShadowFile)
 			flipByteAt(t, shadow, int64(newest)*stableSlotSize+f.off, 0x01)
-			cs, b, d := openChecked(t, dir)
-			wantStableDamage(t, d, "newer slot flipped")
-			wantTestVote(t, cs, 7, 7, "cand-a")
-			if _, err := os.Stat(shadow + ".corrupt"); err != nil {
-				t.Errorf("the damaged shadow was not kept: %v", err)
-			}
-			b.Close()
-			cs.close()
-			_, _, d = openChecked(t, dir)
-			wantStableDamage(t, d, "reopened")
+			wantShadowDamageKept(t, dir, "newer slot flipped")
 		})
 	}
 }
@@ -431,16 +422,7 @@ func TestStableShadowUnusableIsDamage(t *testing.T) {
 			cs.close()
 			shadow := filepath.Join(dir, stableShadowFile)
 			c.spoil(t, shadow)
-			cs, b, d := openChecked(t, dir)
-			wantStableDamage(t, d, c.name)
-			wantTestVote(t, cs, 7, 7, "cand-a")
-			if _, err := os.Stat(shadow + ".corrupt"); err != nil {
-				t.Errorf("the damaged shadow was not kept: %v", err)
-			}
-			b.Close()
-			cs.close()
-			_, _, d = openChecked(t, dir)
-			wantStableDamage(t, d, "reopened")
+			wantShadowDamageKept(t, dir, c.name)
 		})
 	}
 }
@@ -857,4 +839,21 @@ func TestStablePinVoteConcurrent(t *testing.T) {
 		}
 	}
 	<-done
+}
+
+// wantShadowDamageKept opens the store in dir after its shadow was spoiled:
+// damage, the vote of the test's writes still served, the damaged shadow
+// kept as .corrupt, and the damage reported again at the next open.
+func wantShadowDamageKept(t *testing.T, dir, what string) {
+	t.Helper()
+	cs, b, d := openChecked(t, dir)
+	wantStableDamage(t, d, what)
+	wantTestVote(t, cs, 7, 7, "cand-a")
+	if _, err := os.Stat(filepath.Join(dir, stableShadowFile) + ".corrupt"); err != nil {
+		t.Errorf("the damaged shadow was not kept: %v", err)
+	}
+	b.Close()
+	cs.close()
+	_, _, d = openChecked(t, dir)
+	wantStableDamage(t, d, "reopened")
 }
