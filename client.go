@@ -115,7 +115,7 @@ type Client struct {
 	openMu   sync.Mutex // serialises opening a session
 	mu       sync.Mutex
 	cur      int // the endpoint in use
-	sess     *session
+	sess     *clientSession
 	closed   bool
 	maxIndex uint64 // the highest Raft index seen, for read-your-writes
 	// caller carries the session's writes on its stream (streamcall.go).

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/lockcluster/lockcluster"
-	"github.com/lockcluster/lockcluster/api/node/nodetest"
+	"github.com/lockcluster/lockcluster/internal/node/nodetest"
 )
 
 func dial(t *testing.T, c *nodetest.Cluster, opts ...lockcluster.Option) *lockcluster.Client {

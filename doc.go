@@ -83,7 +83,7 @@
 // This package and the wire contract, package api/lockclusterv1 (the
 // lockcluster.v1 gRPC service), are lockcluster's stable API: the promise
 // is theirs. Every other package of the module (fsm, raftnode, session,
-// api/server, api/node and the rest) is implementation with no
+// internal/server, internal/node and the rest) is implementation with no
 // compatibility promise, importable only so that the lockcluster command
 // and the tests can share it. This package imports none of them, only the
 // wire contract (imports_test.go checks).

@@ -21,5 +21,5 @@ var ReattachDelay = reattachDelay
 
 // ReattachAfter is a session's wait after its stream ended with err.
 func ReattachAfter(ttl time.Duration, err error, backoff time.Duration) time.Duration {
-	return (&session{ttl: ttl}).reattachAfter(err, backoff)
+	return (&clientSession{ttl: ttl}).reattachAfter(err, backoff)
 }

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/lockcluster/lockcluster"
-	"github.com/lockcluster/lockcluster/api/node/nodetest"
+	"github.com/lockcluster/lockcluster/internal/node/nodetest"
 )
 
 var (

@@ -54,7 +54,7 @@ type Options struct {
 
 // Lock is a held lock.
 type Lock struct {
-	s          *session
+	s          *clientSession
 	r          *request
 	names      []string
 	mode       Mode
@@ -132,7 +132,7 @@ func (l *Lock) lostCause() error {
 // of the session to a goroutine.
 type lockCtx struct {
 	context.Context
-	s      *session
+	s      *clientSession
 	cancel context.CancelCauseFunc
 }
 
@@ -253,7 +253,7 @@ func (l *Lock) releaseLater(release func(context.Context, pb.LocksClient) error)
 // request is one request of the session, outstanding until the client
 // knows its final outcome.
 type request struct {
-	s         *session
+	s         *clientSession
 	id        uint64
 	names     []string
 	mode      Mode
@@ -296,7 +296,7 @@ func (r *request) finish(o outcome) {
 	r.done <- o
 }
 
-func (s *session) newRequest(parent context.Context, names []string, mode Mode) *request {
+func (s *clientSession) newRequest(parent context.Context, names []string, mode Mode) *request {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r := &request{s: s, id: s.nextID, names: names, mode: mode, parent: parent, done: make(chan outcome, 1)}
@@ -306,14 +306,14 @@ func (s *session) newRequest(parent context.Context, names []string, mode Mode) 
 }
 
 // forget drops a request whose outcome the client has.
-func (s *session) forget(r *request) {
+func (s *clientSession) forget(r *request) {
 	s.mu.Lock()
 	delete(s.reqs, r.id)
 	s.mu.Unlock()
 }
 
 // ackBelow: every request id below it has a known outcome (SPEC §6).
-func (s *session) ackBelow() uint64 {
+func (s *clientSession) ackBelow() uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	low := s.nextID
@@ -337,7 +337,7 @@ func causeError(c pb.Cause, reason string) error {
 }
 
 // apply moves a request to the state the cluster reports.
-func (s *session) apply(r *request, st pb.Status, token uint64, at time.Time, cause pb.Cause, reason string) {
+func (s *clientSession) apply(r *request, st pb.Status, token uint64, at time.Time, cause pb.Cause, reason string) {
 	switch st {
 	case pb.Status_STATUS_GRANTED:
 		if r.abandoned {
@@ -362,7 +362,7 @@ func (s *session) apply(r *request, st pb.Status, token uint64, at time.Time, ca
 // releaseAbandoned releases a lock granted to a request its caller gave up
 // on (its abort could not be delivered), sending the release until the
 // cluster answers it or the session ends (persist.go).
-func (s *session) releaseAbandoned(r *request, token uint64) {
+func (s *clientSession) releaseAbandoned(r *request, token uint64) {
 	err := s.persist(func(ctx context.Context, lc pb.LocksClient) error {
 		_, err := lc.Release(ctx, &pb.ReleaseRequest{Namespace: s.c.cfg.namespace, SessionId: s.id, RequestId: r.id, Token: token, SessionSecret: s.secret})
 		return err
@@ -372,7 +372,7 @@ func (s *session) releaseAbandoned(r *request, token uint64) {
 }
 
 // event applies one event of the stream.
-func (s *session) event(e *pb.Event) {
+func (s *clientSession) event(e *pb.Event) {
 	s.c.seen(e.Index)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -403,7 +403,7 @@ func (s *session) event(e *pb.Event) {
 }
 
 // sync applies where every request stands after a (re)connection.
-func (s *session) sync(m *pb.Synced) {
+func (s *clientSession) sync(m *pb.Synced) {
 	s.c.seen(m.Index)
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -27,7 +27,7 @@ const persistBackoff = time.Second
 // while the cluster is unavailable; persist also retries what call gives
 // back as a failure that says nothing of the lock (deadline exceeded,
 // internal, rate limits), after a backoff.
-func (s *session) persist(f func(context.Context, pb.LocksClient) error) error {
+func (s *clientSession) persist(f func(context.Context, pb.LocksClient) error) error {
 	backoff := 50 * time.Millisecond
 	for {
 		err := s.c.call(s.ctx, f)

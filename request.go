@@ -167,7 +167,7 @@ func (c *Client) acquire(ctx, parent context.Context, name string, opts Options)
 	}
 }
 
-func (s *session) result(r *request, o outcome) (*Lock, error) {
+func (s *clientSession) result(r *request, o outcome) (*Lock, error) {
 	if o.err == nil {
 		return r.lock, nil
 	}
@@ -180,7 +180,7 @@ func (s *session) result(r *request, o outcome) (*Lock, error) {
 // abort aborts r after its caller's ctx ended. If the grant won the race
 // the cluster releases the lock; either way the caller gets an AbortError
 // with ctx's cause.
-func (s *session) abort(ctx context.Context, r *request) error {
+func (s *clientSession) abort(ctx context.Context, r *request) error {
 	cause := context.Cause(ctx)
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
@@ -219,7 +219,7 @@ func (s *session) abort(ctx context.Context, r *request) error {
 // once by an entry whose reply was lost: no event repeats such a grant
 // (the reply carries it), so without the abort the lock would stay held
 // until the session ends.
-func (s *session) abortAbandoned(r *request, reason string) {
+func (s *clientSession) abortAbandoned(r *request, reason string) {
 	err := s.persist(func(ctx context.Context, lc pb.LocksClient) error {
 		resp, err := lc.Abort(ctx, &pb.AbortRequest{Namespace: s.c.cfg.namespace, SessionId: s.id, RequestId: r.id, Reason: reason, AckBelow: s.ackBelow(), SessionSecret: s.secret})
 		if err == nil {
@@ -237,7 +237,7 @@ func (s *session) abortAbandoned(r *request, reason string) {
 // not open (expired or closed there): no request can succeed in it any
 // more, and the next call opens a new session instead of failing in this
 // one until the stream or jeopardy notices (docs/chaos.md, finding 4).
-func (s *session) endIfNotOpen(err error) {
+func (s *clientSession) endIfNotOpen(err error) {
 	var e *Error
 	if errors.As(err, &e) && e.Reason == pb.ErrorReason_SESSION_CLOSED {
 		s.end(fmt.Errorf("%w: the cluster answered: %s", ErrSessionLost, e.Message))

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/lockcluster/lockcluster"
-	"github.com/lockcluster/lockcluster/api/node/nodetest"
+	"github.com/lockcluster/lockcluster/internal/node/nodetest"
 )
 
 // A waiter whose session stream is attached to the leader gets its grant

@@ -15,7 +15,7 @@ import (
 
 	"github.com/lockcluster/lockcluster"
 	pb "github.com/lockcluster/lockcluster/api/lockclusterv1"
-	"github.com/lockcluster/lockcluster/api/node/nodetest"
+	"github.com/lockcluster/lockcluster/internal/node/nodetest"
 )
 
 // A client that dies (never heartbeats) is expired after its TTL, and its

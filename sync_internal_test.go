@@ -8,8 +8,8 @@ import (
 	pb "github.com/lockcluster/lockcluster/api/lockclusterv1"
 )
 
-func testSession() *session {
-	s := &session{c: &Client{}, id: 1, nextID: 1, reqs: map[uint64]*request{}}
+func testSession() *clientSession {
+	s := &clientSession{c: &Client{}, id: 1, nextID: 1, reqs: map[uint64]*request{}}
 	s.ctx, s.cancel = context.WithCancelCause(context.Background())
 	return s
 }

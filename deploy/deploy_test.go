@@ -26,12 +26,12 @@ func metricNames(text string) []string {
 	return out
 }
 
-// checkMetrics fails for a lockcluster_* name that api/metrics does not
+// checkMetrics fails for a lockcluster_* name that internal/metrics does not
 // define (raft's lockcluster_raft_* come from hashicorp/go-metrics).
 func checkMetrics(t *testing.T, file, text string) {
 	t.Helper()
 	var src bytes.Buffer
-	files, _ := filepath.Glob("../api/metrics/*.go")
+	files, _ := filepath.Glob("../internal/metrics/*.go")
 	for _, f := range files {
 		if !strings.HasSuffix(f, "_test.go") {
 			b, _ := os.ReadFile(f)

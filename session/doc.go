@@ -11,10 +11,10 @@
 //
 // Liveness is the one entry point. It reaches the rest of the node through
 // the small interfaces it defines (Expirer, Replica, Forwarder), which
-// api/server implements over the log and gRPC. DESIGN.md gives the
+// internal/server implements over the log and gRPC. DESIGN.md gives the
 // timeline: how the client's jeopardy deadline and the leader's expiry
 // relate, and what happens on a change of leader.
 //
-// This is implementation, with no compatibility promise: only api/server
+// This is implementation, with no compatibility promise: only internal/server
 // uses it.
 package session

@@ -205,7 +205,7 @@ func (l *Liveness) Heartbeat(ctx context.Context, id uint64) (known bool, err er
 // the confirmation of leadership that started after the renewal, or the
 // leader's answer to the batch. done runs on the goroutine that confirms
 // or forwards, so it must not block; it may run before HeartbeatAsync
-// returns. A session stream (api/server) acknowledges a heartbeat from
+// returns. A session stream (internal/server) acknowledges a heartbeat from
 // done, so one goroutine per stream fewer waits, and no goroutine wakes up
 // per heartbeat only to pass an answer on. The rule is Heartbeat's: a
 // renewal is answered "known" only once confirmed in the term it was made

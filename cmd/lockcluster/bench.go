@@ -15,8 +15,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/lockcluster/lockcluster"
-	"github.com/lockcluster/lockcluster/cmd/lockcluster/loadgen"
-	"github.com/lockcluster/lockcluster/cmd/lockcluster/proccluster"
+	"github.com/lockcluster/lockcluster/internal/loadgen"
+	"github.com/lockcluster/lockcluster/internal/proccluster"
 )
 
 // benchFlags are the flags of 'lockcluster bench'.

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockcluster/lockcluster/cmd/lockcluster/loadgen"
+	"github.com/lockcluster/lockcluster/internal/loadgen"
 )
 
 // The failover workload with sessions (issue 21's scenario, small): 200

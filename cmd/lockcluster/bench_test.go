@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockcluster/lockcluster/cmd/lockcluster/loadgen"
+	"github.com/lockcluster/lockcluster/internal/loadgen"
 )
 
 // 'lockcluster bench --local' starts its own 3-node cluster, runs, stops

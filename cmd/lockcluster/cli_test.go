@@ -92,7 +92,7 @@ func TestClusterCommands(t *testing.T) {
 		// that what members says of the killed one comes from its API's
 		// probe (the subtests above can take under a second; a member
 		// killed before it recorded itself is judged by raft's heartbeats
-		// instead: api/node's TestMemberWithoutAPIAddressShowsUnreachable).
+		// instead: internal/node's TestMemberWithoutAPIAddressShowsUnreachable).
 		waitFor(t, 30*time.Second, "every member probed ok", func() bool {
 			out, _ := run(t, pc, "members")
 			probed := 0

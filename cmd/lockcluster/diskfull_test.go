@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/lockcluster/lockcluster"
-	"github.com/lockcluster/lockcluster/cmd/lockcluster/proccluster"
+	"github.com/lockcluster/lockcluster/internal/proccluster"
 )
 
 // Full disks, with real processes: each node's data directory is a small

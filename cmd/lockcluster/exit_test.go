@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/lockcluster/lockcluster"
-	"github.com/lockcluster/lockcluster/api/secure"
+	"github.com/lockcluster/lockcluster/internal/secure"
 )
 
 // Errors a user can act on: a refused credential exits 77 and says which

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockcluster/lockcluster/cmd/lockcluster/proccluster"
+	"github.com/lockcluster/lockcluster/internal/proccluster"
 )
 
 // Every node keeps a chained hash of every log entry it applied and serves

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/lockcluster/lockcluster"
-	"github.com/lockcluster/lockcluster/cmd/lockcluster/proccluster"
+	"github.com/lockcluster/lockcluster/internal/proccluster"
 )
 
 // These tests run the real binary: a cluster of 'lockcluster serve'

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/lockcluster/lockcluster"
-	"github.com/lockcluster/lockcluster/api/secure"
+	"github.com/lockcluster/lockcluster/internal/secure"
 )
 
 const (

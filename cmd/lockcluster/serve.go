@@ -16,11 +16,12 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/spf13/cobra"
 
-	"github.com/lockcluster/lockcluster/api/auth"
-	"github.com/lockcluster/lockcluster/api/node"
-	"github.com/lockcluster/lockcluster/api/secure"
-	"github.com/lockcluster/lockcluster/api/server"
 	"github.com/lockcluster/lockcluster/fsm"
+	"github.com/lockcluster/lockcluster/internal/auth"
+	"github.com/lockcluster/lockcluster/internal/node"
+	"github.com/lockcluster/lockcluster/internal/secure"
+	"github.com/lockcluster/lockcluster/internal/server"
+	"github.com/lockcluster/lockcluster/internal/version"
 	"github.com/lockcluster/lockcluster/raftnode"
 )
 
@@ -272,7 +273,7 @@ func (c *serveConfig) run() error {
 		}
 		cfg.Raft.AddressProvider = dialOverride(dial)
 	}
-	b := announceBuild()
+	b := version.Current()
 	logger.Info("starting", "version", b.Version, "revision", b.Revision, "go", b.GoVersion)
 	n, err := node.Start(cfg)
 	if err != nil {

@@ -16,8 +16,8 @@ import (
 	"time"
 
 	"github.com/lockcluster/lockcluster"
-	"github.com/lockcluster/lockcluster/cmd/lockcluster/proccluster"
 	"github.com/lockcluster/lockcluster/fsm"
+	"github.com/lockcluster/lockcluster/internal/proccluster"
 )
 
 // queryJSON is 'lockcluster query -o json' against pc.

@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/lockcluster/lockcluster/api/secure"
+	"github.com/lockcluster/lockcluster/internal/secure"
 )
 
 func newTLS() *cobra.Command {

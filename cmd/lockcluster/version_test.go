@@ -17,12 +17,13 @@ import (
 	"time"
 
 	"github.com/lockcluster/lockcluster"
+	"github.com/lockcluster/lockcluster/internal/version"
 )
 
-func versionOf(t *testing.T, bin string) buildInfo {
+func versionOf(t *testing.T, bin string) version.Info {
 	t.Helper()
 	out, err := exec.Command(bin, "version", "-o", "json").Output()
-	var b buildInfo
+	var b version.Info
 	if err != nil || json.Unmarshal(out, &b) != nil {
 		t.Fatalf("%s version -o json: %v: %s", bin, err, out)
 	}

@@ -16,7 +16,7 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 	recipe "go.etcd.io/etcd/client/v3/experimental/recipes"
 
-	"github.com/lockcluster/lockcluster/cmd/lockcluster/loadgen"
+	"github.com/lockcluster/lockcluster/internal/loadgen"
 )
 
 // etcdCluster is three etcd member processes on loopback.

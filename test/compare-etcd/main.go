@@ -28,8 +28,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/lockcluster/lockcluster/cmd/lockcluster/loadgen"
-	"github.com/lockcluster/lockcluster/cmd/lockcluster/proccluster"
+	"github.com/lockcluster/lockcluster/internal/loadgen"
+	"github.com/lockcluster/lockcluster/internal/proccluster"
 )
 
 func main() {

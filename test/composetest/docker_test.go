@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"github.com/lockcluster/lockcluster"
-	"github.com/lockcluster/lockcluster/test/ports"
 )
 
 // The test's cluster is docker-compose.yml with every name a user's
@@ -170,7 +169,7 @@ func TestDockerCompose(t *testing.T) {
 	var endpoints, httpPorts []string
 	for range 3 {
 		for _, list := range []*[]string{&endpoints, &httpPorts} {
-			addr, err := ports.Free(17000, 18000)
+			addr, err := freePort(17000, 18000)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -79,7 +79,7 @@ func TestShortChaos(t *testing.T) {
 
 // TestBrokenNodeIsCaught runs against a binary built with the jepsenbroken
 // tag, whose followers grant locks from their own state (see
-// api/server/broken_on.go): the checkers must call the run invalid.
+// internal/server/broken_on.go): the checkers must call the run invalid.
 func TestBrokenNodeIsCaught(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a cluster; skipped with -short")

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/lockcluster/lockcluster"
-	"github.com/lockcluster/lockcluster/cmd/lockcluster/proccluster"
+	"github.com/lockcluster/lockcluster/internal/proccluster"
 )
 
 // Cluster drives the system under test: local processes (local.go) or the

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/lockcluster/lockcluster/cmd/lockcluster/proccluster"
+	"github.com/lockcluster/lockcluster/internal/proccluster"
 )
 
 // The applied-hash comparison of the final phase. Every node keeps a

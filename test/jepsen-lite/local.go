@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/lockcluster/lockcluster/cmd/lockcluster/proccluster"
+	"github.com/lockcluster/lockcluster/internal/proccluster"
 )
 
 // localCluster runs each node as a `lockcluster serve` process on

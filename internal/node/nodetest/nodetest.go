@@ -1,0 +1,271 @@
+// Package nodetest runs lockcluster nodes inside a test process, on
+// loopback, with real gRPC and Raft: multi-node tests of the server, the
+// client and the CLI use it.
+//
+// This package is implementation (test support), not API: it makes no
+// compatibility promise, and it exports only what other lockcluster
+// packages use. The stable API is the client (package lockcluster) and the
+// wire contract (api/lockclusterv1).
+package nodetest
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/lockcluster/lockcluster/internal/node"
+	"github.com/lockcluster/lockcluster/raftnode"
+)
+
+// T is what a Cluster needs of its test: *testing.T and *testing.B have
+// it, and so does Main, for TestMain and examples.
+type T interface {
+	Helper()
+	Fatalf(format string, args ...any)
+	Log(args ...any)
+	Cleanup(func())
+	TempDir() string
+}
+
+var _ T = testing.TB(nil)
+
+// Cluster is a set of in-process nodes.
+type Cluster struct {
+	t     T
+	mu    sync.Mutex
+	Nodes []*node.Node // nil where a node is stopped
+	cfgs  []node.Config
+	log   hclog.Logger
+	// hashCheck: compare the nodes' applied hashes (hashcheck.go);
+	// diverged: what differed so far.
+	hashCheck  bool
+	diverged   []string
+	comparedAt int // the most nodes one comparison covered
+}
+
+// Options tune a test cluster.
+type Options struct {
+	// Quiet drops the nodes' logs instead of sending them to t.Log.
+	Quiet bool
+	// Node, if set, adjusts each node's configuration before it starts.
+	Node func(*node.Config)
+}
+
+type testWriter struct {
+	mu   sync.Mutex
+	t    T
+	done bool
+}
+
+func (w *testWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.done {
+		w.t.Log(strings.TrimRight(string(p), "\n"))
+	}
+	return len(p), nil
+}
+
+// Start starts n nodes: the first bootstraps the cluster, the others join
+// it. It returns once every node sees the same leader.
+func Start(t T, n int, opts Options) *Cluster {
+	t.Helper()
+	w := &testWriter{t: t}
+	var out io.Writer = w
+	if opts.Quiet {
+		out = io.Discard
+	}
+	c := &Cluster{t: t, log: hclog.New(&hclog.LoggerOptions{Name: "test", Output: out, Level: hclog.Info}), hashCheck: true}
+	if os.Getenv(plantEnv) != "" {
+		c.hashCheck = false
+		t.Log("nodetest: " + plantEnv + " plants a divergence: the applied hashes are not compared")
+	}
+	t.Cleanup(func() {
+		// Every multi-node test checks that its replicas never diverged:
+		// compared before the nodes stop, failed after.
+		if c.hashCheck {
+			c.compareRunning(hashCatchUp)
+		}
+		c.StopAll()
+		w.mu.Lock()
+		w.done = true
+		w.mu.Unlock()
+		if problem := c.hashReport(); problem != "" {
+			t.Fatalf("%s", problem)
+		}
+	})
+	dir := t.TempDir()
+	for i := 0; i < n; i++ {
+		cfg := node.Config{
+			ID: fmt.Sprintf("node%d", i), DataDir: fmt.Sprintf("%s/node%d", dir, i),
+			GRPCAddr: "127.0.0.1:0", RaftAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
+			Logger: c.log,
+		}
+		cfg.Server.SessionTick = 10 * time.Millisecond // the leader's deadline resolution
+		if opts.Node != nil {
+			opts.Node(&cfg)
+		}
+		if i == 0 {
+			cfg.Bootstrap = []raftnode.Peer{{ID: cfg.ID}}
+		} else {
+			cfg.Join = c.Nodes[0].GRPCAddr()
+		}
+		nd, err := node.Start(cfg)
+		if err != nil {
+			t.Fatalf("starting node %d: %v", i, err)
+		}
+		// Restarts reuse the ports the node got.
+		cfg.GRPCAddr, cfg.RaftAddr, cfg.HTTPAddr = nd.GRPCAddr(), nd.RaftAddr(), nd.HTTPAddr()
+		cfg.Bootstrap, cfg.Join = nil, ""
+		c.Nodes = append(c.Nodes, nd)
+		c.cfgs = append(c.cfgs, cfg)
+		if i == 0 {
+			c.WaitLeader(10 * time.Second)
+		}
+	}
+	c.WaitFor(10*time.Second, "every node to be a voter with a directory record", func() bool {
+		for _, nd := range c.Nodes {
+			ms, err := nd.Raft().Members()
+			if err != nil || len(ms) != n || len(nd.Machine().Members()) != n {
+				return false
+			}
+		}
+		return true
+	})
+	return c
+}
+
+// Addrs are the gRPC addresses of every node, running or not.
+func (c *Cluster) Addrs() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]string, len(c.cfgs))
+	for i, cfg := range c.cfgs {
+		out[i] = cfg.GRPCAddr
+	}
+	return out
+}
+
+// WaitFor polls cond until it holds or d passes.
+func (c *Cluster) WaitFor(d time.Duration, what string, cond func() bool) {
+	c.t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			c.t.Fatalf("timed out after %s waiting for %s", d, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// WaitLeader waits until the running nodes agree on a leader and returns
+// its index.
+func (c *Cluster) WaitLeader(d time.Duration) int {
+	c.t.Helper()
+	leader := -1
+	c.WaitFor(d, "a leader", func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		leader = -1
+		var id string
+		for i, nd := range c.Nodes {
+			if nd == nil {
+				continue
+			}
+			lid, _ := nd.Raft().Leader()
+			if lid == "" || (id != "" && lid != id) {
+				return false
+			}
+			id = lid
+			if nd.Raft().IsLeader() {
+				leader = i
+			}
+		}
+		return leader >= 0
+	})
+	return leader
+}
+
+// Stop stops node i gracefully.
+func (c *Cluster) Stop(i int) {
+	c.t.Helper()
+	if c.hashCheck {
+		c.compareRunning(0) // hashcheck.go: node i among them, for the last time
+	}
+	c.mu.Lock()
+	nd := c.Nodes[i]
+	c.Nodes[i] = nil
+	c.mu.Unlock()
+	if nd == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = nd.Close(ctx)
+}
+
+// Restart starts node i again from its data directory, on its old ports.
+func (c *Cluster) Restart(i int) {
+	c.t.Helper()
+	c.mu.Lock()
+	cfg := c.cfgs[i]
+	c.mu.Unlock()
+	var nd *node.Node
+	var err error
+	c.WaitFor(10*time.Second, "the node's ports to be free again", func() bool {
+		nd, err = node.Start(cfg)
+		return err == nil
+	})
+	c.mu.Lock()
+	c.Nodes[i] = nd
+	c.mu.Unlock()
+}
+
+// StopAll stops every running node.
+func (c *Cluster) StopAll() {
+	for i := range c.Nodes {
+		c.Stop(i)
+	}
+}
+
+// Main is a T for TestMain: Fatalf panics, Log drops, and Close runs the
+// cleanups.
+type Main struct {
+	mu       sync.Mutex
+	cleanups []func()
+	dirs     []string
+}
+
+func (m *Main) Helper()                        {}
+func (m *Main) Log(...any)                     {}
+func (m *Main) Fatalf(format string, a ...any) { panic(fmt.Sprintf(format, a...)) }
+func (m *Main) Cleanup(f func())               { m.mu.Lock(); m.cleanups = append(m.cleanups, f); m.mu.Unlock() }
+func (m *Main) TempDir() string {
+	d, err := os.MkdirTemp("", "lockcluster-test-")
+	if err != nil {
+		panic(err)
+	}
+	m.mu.Lock()
+	m.dirs = append(m.dirs, d)
+	m.mu.Unlock()
+	return d
+}
+
+// Close runs the cleanups, last first, and removes the temporary dirs.
+func (m *Main) Close() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for i := len(m.cleanups) - 1; i >= 0; i-- {
+		m.cleanups[i]()
+	}
+	for _, d := range m.dirs {
+		os.RemoveAll(d)
+	}
+}

@@ -1,0 +1,34 @@
+// Package server implements the lockcluster.v1 gRPC services on one node.
+// It composes the lock manager (fsm), this node's member of the replicated
+// log, seen through the small Replica interface it defines (replica.go;
+// *raftnode.Node in production), and session liveness (session, which owns
+// the leader's deadlines, the re-arm after a change of leader and the
+// heartbeat path; this package only feeds it applied entries and
+// leadership changes and carries its calls over the log and gRPC): writes
+// are proposed to the log (or forwarded to the leader's API when this node
+// does not lead), reads go through a read barrier, and the events of every
+// applied entry are fanned out to the session streams attached here. The
+// leader probes every member's API (probe.go) so that Members reports
+// reachability and lag as the leader sees them.
+//
+// Its tests run without raft: fake_test.go implements Replica with an
+// in-memory log applied straight to each node's fsm.Machine and servers
+// talking gRPC over in-memory connections, with a fake clock; the tests
+// of whole nodes (raft, auth, audit) are in internal/node.
+//
+// Errors cross into gRPC in one place, internal/rpcerr: fsm codes, raftnode
+// sentinels and this node's own conditions become gRPC codes with a
+// google.rpc.ErrorInfo whose reason is an lockclusterv1.ErrorReason name
+// and whose metadata names the Web Locks error (SPEC §9). Messages that do
+// not decode (invalid UTF-8, truncated, garbage) become InvalidArgument
+// there too, through the server codec and interceptors of codec.go
+// (DecodeOptions), rather than gRPC's Internal.
+//
+// audit.go writes the audit log (AuditOptions): steals, admins' releases,
+// aborts and closes, refused credentials. A session stream's backlog is
+// capped in events and in bytes (hub.go, Config.StreamBacklogBytes).
+//
+// This is implementation, with no compatibility promise: internal/node is its
+// only user. The stable API is the wire contract (api/lockclusterv1) and
+// the Go client (the root package).
+package server

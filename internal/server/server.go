@@ -1,0 +1,231 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	pb "github.com/lockcluster/lockcluster/api/lockclusterv1"
+	"github.com/lockcluster/lockcluster/fsm"
+	"github.com/lockcluster/lockcluster/raftnode"
+	"github.com/lockcluster/lockcluster/session"
+)
+
+// Config configures a Server.
+type Config struct {
+	Machine *fsm.Machine
+	// Self is this node's record in the member directory (its id, and the
+	// addresses it serves raft, gRPC and HTTP on).
+	Self   fsm.Member
+	Logger hclog.Logger
+	// Now is the leader's clock for the times put into entries.
+	Now func() time.Time
+	// DialOptions are used to reach other nodes' APIs (forwarding).
+	DialOptions []grpc.DialOption
+	// SessionTick is the resolution of session deadlines (default 50ms).
+	SessionTick time.Duration
+	// AttachesInFlight bounds the session attaches a node works on at once
+	// (default 64); AttachQueue more wait up to 2 s (default 2048, -1:
+	// none), and the rest are refused at once, retryably (admission.go).
+	AttachesInFlight, AttachQueue int
+	// HeartbeatFlush is how long a follower gathers heartbeats before it
+	// forwards them to the leader in one call (default 20ms).
+	HeartbeatFlush time.Duration
+	// DefaultTTL is a session's TTL when the client names none (10s).
+	DefaultTTL time.Duration
+	// NodeToken is the credential this node presents to the others when it
+	// forwards a call or a heartbeat ("" when auth is off or by certificate).
+	NodeToken string
+	// Limits, when set, are the replicated limits this node proposes when
+	// it becomes leader, if they differ from those in force.
+	Limits *fsm.Limits
+	// SessionRate bounds the writes per second of one session on this node
+	// (0: no bound); SessionBurst is the burst allowed above it.
+	SessionRate  float64
+	SessionBurst int
+	// NamespaceRate bounds the writes per second one namespace may put in
+	// the log, checked by the leader (0: no bound); NamespaceBurst is the
+	// burst allowed above it.
+	NamespaceRate  float64
+	NamespaceBurst int
+	// RefusalRate paces the refusals over a limit of one namespace on this
+	// node: past this many a second (and a burst of as many), each further
+	// refusal is answered only after a wait (at most a second) instead of
+	// at once, so a tenant that floods calls its limits refuse cannot
+	// spend the node's CPU on them (0: no pacing).
+	RefusalRate float64
+	// IsAdmin reports whether a call carries an admin credential with auth
+	// on (nil, or auth off: never). An admin may release, abort or close
+	// any session without its secret; it is audited.
+	IsAdmin func(context.Context) bool
+	// StreamBacklogBytes caps the events a session stream has not sent yet,
+	// in encoded bytes (default DefaultStreamBacklogBytes); a stream that
+	// falls further behind is cut and its client resynchronises.
+	StreamBacklogBytes int
+	// ProbeInterval is how often the leader probes each member's API for
+	// Members' reachability and lag (default 1s).
+	ProbeInterval time.Duration
+	// CallInterceptor, when set, wraps the calls that arrive on session
+	// streams (requests, releases, aborts) as the gRPC server's unary
+	// interceptors wrap unary calls (metrics, auth, fence); the audit log
+	// sees them in any case.
+	CallInterceptor grpc.UnaryServerInterceptor
+	// Observer hears of the requests this node proposed, for the acquire
+	// and hand-off latency metrics (default: nothing).
+	Observer Observer
+}
+
+// Observer is told, on the node that proposed an entry, when a request was
+// answered and when a release, abort or session end was applied; start is
+// when the call arrived. internal/metrics implements it.
+type Observer interface {
+	Requested(namespace string, session, requestID uint64, start time.Time, r fsm.Result)
+	Freed(start time.Time, ap fsm.Applied)
+}
+
+type nopObserver struct{}
+
+func (nopObserver) Requested(string, uint64, uint64, time.Time, fsm.Result) {}
+func (nopObserver) Freed(time.Time, fsm.Applied)                            {}
+
+// Server serves lockcluster.v1 on one node.
+type Server struct {
+	pb.UnimplementedLocksServer
+	pb.UnimplementedClusterServer
+
+	cfg        Config
+	m          *fsm.Machine
+	node       atomic.Pointer[replicaCell]
+	live       *session.Liveness // session deadlines and heartbeats: session/DESIGN.md
+	hub        *hub
+	peers      *peers
+	rate       *rateLimiter[uint64] // per session
+	nsRate     *rateLimiter[string] // per namespace, on the leader
+	refusal    *rateLimiter[string] // paces a namespace's limit refusals
+	gate       gate                 // admit.go
+	probes     prober               // probe.go
+	callAudit  *auditor             // audits the calls on session streams
+	leaderless leaderless           // since when this node has known no leader (touch.go)
+	attaches   *attachGate          // admission.go
+	log        hclog.Logger
+	done       chan struct{} // closed when Run returns: streams end
+}
+
+// New returns a Server. Pass its Apply to the raft adapter as the sink,
+// build the raft node, then call Start with it.
+func New(cfg Config) *Server {
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Observer == nil {
+		cfg.Observer = nopObserver{}
+	}
+	if cfg.DefaultTTL <= 0 {
+		cfg.DefaultTTL = 10 * time.Second
+	}
+	if cfg.DialOptions == nil {
+		cfg.DialOptions = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	}
+	s := &Server{cfg: cfg, m: cfg.Machine, log: cfg.Logger, done: make(chan struct{})}
+	queue := cfg.AttachQueue
+	if queue == 0 {
+		queue = defaultAttachQueue
+	}
+	s.attaches = newAttachGate(cfg.AttachesInFlight, queue)
+	s.hub = newHub(cfg.Machine.LastIndex, cfg.StreamBacklogBytes)
+	s.peers = newPeers(cfg.DialOptions)
+	s.live = session.New(session.Config{Expirer: expirer{s}, Replica: sessionReplica{s}, Forwarder: forwarder{s},
+		Tick: cfg.SessionTick, Flush: cfg.HeartbeatFlush, Logger: cfg.Logger.Named("session"), Now: cfg.Now})
+	s.rate = newRateLimiter[uint64](cfg.SessionRate, cfg.SessionBurst)
+	s.nsRate = newRateLimiter[string](cfg.NamespaceRate, cfg.NamespaceBurst)
+	s.refusal = newRateLimiter[string](cfg.RefusalRate, int(cfg.RefusalRate))
+	s.gate.init()
+	s.callAudit = &auditor{s: s, log: s.log.Named("audit"), admin: cfg.IsAdmin}
+	return s
+}
+
+// Apply is the raft adapter's sink: it runs on raft's FSM goroutine after
+// every applied entry, in log order.
+func (s *Server) Apply(index uint64, ap fsm.Applied) {
+	if ap.Result.Status == fsm.StatusOpened && !ap.Result.Duplicate && ap.Result.Err == nil {
+		if info, ok := s.m.Session(ap.Result.Session); ok {
+			s.live.Opened(info.ID, time.Duration(info.TTL))
+		}
+	}
+	for _, e := range ap.Events {
+		if e.Kind == fsm.EventSessionEnded {
+			s.live.Ended(e.Session)
+		}
+	}
+	s.hub.publish(index, ap)
+}
+
+// Register registers the Locks and Cluster services on g.
+func (s *Server) Register(g *grpc.Server) {
+	pb.RegisterLocksServer(g, s)
+	pb.RegisterClusterServer(g, s)
+}
+
+// Run drives the node's leader-side work until ctx ends: session liveness
+// (deadlines and the heartbeat batcher), leadership changes and the node's
+// own record in the member directory. node must use this Server's Apply as
+// its FSM sink.
+func (s *Server) Run(ctx context.Context, node Replica) {
+	s.node.Store(&replicaCell{node})
+	var wg sync.WaitGroup
+	wg.Add(5)
+	go func() { defer wg.Done(); s.live.Run(ctx) }()
+	go func() { defer wg.Done(); s.followLeadership(ctx) }()
+	go func() { defer wg.Done(); s.register(ctx) }()
+	go func() { defer wg.Done(); s.probeMembers(ctx) }()
+	go func() { defer wg.Done(); s.watchLeaderless(ctx) }()
+	wg.Wait()
+	close(s.done)
+	s.peers.close()
+}
+
+// propose stamps cmd with this node's clock, appends it to the log and
+// returns the machine's answer and the entry's index.
+func (s *Server) propose(ctx context.Context, cmd fsm.Command) (fsm.Applied, uint64, error) {
+	node := s.replica()
+	if node == nil {
+		return fsm.Applied{}, 0, raftnode.ErrShutdown
+	}
+	data, err := fsm.EncodeEntry(fsm.Entry{Time: s.cfg.Now().UnixNano(), Cmd: cmd})
+	if err != nil {
+		return fsm.Applied{}, 0, err
+	}
+	r, err := node.Propose(ctx, data)
+	if err != nil {
+		return fsm.Applied{}, 0, err
+	}
+	ap, ok := r.Response.(fsm.Applied)
+	if !ok {
+		return fsm.Applied{}, 0, fmt.Errorf("internal error: entry %d applied with response %T", r.Index, r.Response)
+	}
+	return ap, r.Index, nil
+}
+
+// expirer lets session liveness propose ExpireSession.
+type expirer struct{ s *Server }
+
+func (e expirer) Expire(ctx context.Context, id uint64) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	start := e.s.cfg.Now()
+	ap, _, err := e.s.propose(ctx, &fsm.ExpireSession{Session: id})
+	if err != nil {
+		return err
+	}
+	e.s.cfg.Observer.Freed(start, ap)
+	return ap.Result.Err
+}

@@ -1,0 +1,220 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	pb "github.com/lockcluster/lockcluster/api/lockclusterv1"
+	"github.com/lockcluster/lockcluster/fsm"
+	"github.com/lockcluster/lockcluster/internal/rpcerr"
+	"github.com/lockcluster/lockcluster/raftnode"
+	"github.com/lockcluster/lockcluster/session"
+)
+
+// Session serves a session stream. The client attaches; the node waits
+// until it has applied the highest index the client has seen, then sends a
+// Synced with where every request of the session stands, and from then on
+// every event of the session in log order (events with seq up to the
+// Synced's are already reflected in it). Heartbeats are acknowledged once
+// the leader has renewed the session; a node that has known no leader for
+// longer than an election takes (noLeaderGrace) ends the stream with
+// Unavailable at the next heartbeat it cannot have renewed, so that the
+// client moves to another node. A client that reconnects, to this
+// node or another, attaches again and resynchronises: together with the
+// per-session event seq this delivers every outcome exactly once.
+func (s *Server) Session(stream pb.Locks_SessionServer) error {
+	ctx := stream.Context()
+	first, err := stream.Recv()
+	if err != nil {
+		return err
+	}
+	at := first.GetAttach()
+	if at == nil {
+		return invalid("the first message of a session stream must be an attach")
+	}
+	if err := s.m.Limits().Check(&fsm.CloseSession{Namespace: at.Namespace}); err != nil {
+		return toStatus(err)
+	}
+	release, err := s.attaches.enter(ctx, s.cfg.Self.ID)
+	if err != nil {
+		return err
+	}
+	attached := false
+	defer func() {
+		if !attached {
+			release()
+		}
+	}()
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	err = s.hub.waitApplied(wctx, at.MinIndex)
+	cancel()
+	if err != nil {
+		return toStatus(fmt.Errorf("%w: it has not yet applied index %d that the client has seen", rpcerr.ErrNotReady, at.MinIndex))
+	}
+	// The node's state is as new as the caller's: the secret check is final.
+	if err := s.m.CheckSession(at.SessionId, at.Namespace, at.SessionSecret); err != nil {
+		return toStatus(err)
+	}
+	var synced *pb.Synced
+	sub, err := s.hub.subscribe(at.SessionId, func() (uint64, error) {
+		info, ok := s.m.Session(at.SessionId)
+		reqs, seq, ok2 := s.m.SessionRequests(at.SessionId)
+		if !ok || !ok2 || info.Namespace != at.Namespace {
+			return 0, toStatus(&fsm.Error{Code: fsm.CodeSessionClosed, Msg: "session " + strconv.FormatUint(at.SessionId, 10) + " is not open in namespace " + strconv.Quote(at.Namespace) + " (closed, expired or never opened)"})
+		}
+		synced = &pb.Synced{Index: s.m.LastIndex(), EventSeq: seq, Ttl: durationpb.New(time.Duration(info.TTL))}
+		for _, r := range reqs {
+			synced.Requests = append(synced.Requests, requestStateToPB(r))
+		}
+		return seq, nil
+	})
+	if err != nil {
+		return err
+	}
+	defer s.hub.unsubscribe(sub)
+	synced.Calls = true
+	if err := stream.Send(&pb.SessionDown{Kind: &pb.SessionDown_Synced{Synced: synced}}); err != nil {
+		return err
+	}
+	attached = true
+	release() // attached: heartbeats and events are not gated
+
+	acks := make(chan *pb.SessionDown, 64) // heartbeat acks and call replies
+	recvErr := make(chan error, 1)
+	go s.receive(ctx, stream, at, acks, recvErr)
+	for {
+		select {
+		case <-sub.ready:
+			for _, ev := range sub.take() {
+				if err := stream.Send(&pb.SessionDown{Kind: &pb.SessionDown_Event{Event: ev}}); err != nil {
+					return err
+				}
+				if ev.Kind == pb.Event_SESSION_ENDED {
+					return nil
+				}
+			}
+		case <-sub.gone:
+			return rpcerr.StreamBehind("the session's event stream fell too far behind: reconnect to resynchronise")
+		case m := <-acks:
+			if m == nil {
+				return toStatus(&fsm.Error{Code: fsm.CodeSessionClosed, Msg: "session " + strconv.FormatUint(at.SessionId, 10) + " has ended"})
+			}
+			if err := stream.Send(m); err != nil {
+				return err
+			}
+		case err := <-recvErr:
+			return err
+		case <-s.done:
+			return toStatus(fmt.Errorf("%w: reconnect to another node", raftnode.ErrShutdown))
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// maxHeartbeatsWaiting bounds the heartbeats of one stream that wait for
+// their answer (the follower's batch, the leader's confirmation): a client
+// that sends more meanwhile gets no ack for the excess, as a node that
+// cannot renew answers none; it sends again after TTL/10. A well-behaved
+// client has one or two waiting.
+const maxHeartbeatsWaiting = 16
+
+// receive reads the client's messages after the attach. A heartbeat is
+// handed to session liveness, which renews the session and answers later
+// (heartbeat); each call runs at once (streamcall.go). Neither waits here,
+// so that a heartbeat waiting for the leader never delays a call, and no
+// goroutine per stream waits for heartbeats' answers.
+func (s *Server) receive(ctx context.Context, stream pb.Locks_SessionServer, at *pb.Attach, out chan<- *pb.SessionDown, recvErr chan<- error) {
+	fail := func(err error) {
+		select {
+		case recvErr <- err:
+		default: // the stream is ending already
+		}
+	}
+	hb := &heartbeater{s: s, ctx: ctx, id: at.SessionId, out: out, fail: fail}
+	calls := &streamCalls{}
+	for {
+		m, err := stream.Recv()
+		if err != nil {
+			fail(err)
+			return
+		}
+		switch k := m.Kind.(type) {
+		case *pb.SessionUp_Heartbeat:
+			hb.heartbeat(k.Heartbeat.Id)
+		case *pb.SessionUp_Call:
+			calls.start(ctx, s, at, k.Call, out)
+		default:
+			fail(invalid("after its attach a session stream carries only heartbeats and calls"))
+			return
+		}
+	}
+}
+
+// heartbeater renews one stream's session for each heartbeat and sends
+// the ack (or nil when the session has ended) to the stream's out.
+type heartbeater struct {
+	s       *Server
+	ctx     context.Context // the stream's
+	id      uint64
+	out     chan<- *pb.SessionDown
+	fail    func(error)
+	waiting atomic.Int32
+}
+
+// heartbeat renews the session for heartbeat hb; the answer comes later,
+// from session liveness (done).
+func (h *heartbeater) heartbeat(hb uint64) {
+	if h.waiting.Add(1) > maxHeartbeatsWaiting {
+		h.waiting.Add(-1)
+		return // no ack: too many waiting already
+	}
+	h.s.live.HeartbeatAsync(h.id, func(known bool, err error) {
+		h.waiting.Add(-1)
+		h.done(hb, known, err)
+	})
+}
+
+// done sends heartbeat hb's answer. It runs on session liveness's
+// goroutine, so it never blocks: an ack that finds out full is dropped,
+// and the client sends again, as for any heartbeat not acknowledged.
+func (h *heartbeater) done(hb uint64, known bool, err error) {
+	ctx := h.ctx
+	var out *pb.SessionDown
+	switch {
+	case (errors.Is(err, session.ErrNotLeading) || err != nil && ctx.Err() == nil) && h.s.leaderlessFor() >= noLeaderGrace:
+		// Nobody here has been able to renew the session for longer
+		// than an election takes (this node is cut off): say so, so
+		// that the client moves its stream to a node that can, instead
+		// of losing the session after a TTL of silence (docs/chaos.md,
+		// finding 2). Not sooner: see noLeaderGrace.
+		h.fail(rpcerr.WithRetryDelay(rpcerr.NoLeader(fmt.Sprintf("node %s knows no leader to renew session %d: reconnect to another node", h.s.cfg.Self.ID, h.id)),
+			rand.N(attachRetryWindow))) // every stream of the node ends now: spread their return
+		return
+	case errors.Is(err, session.ErrNotLeading), err != nil && ctx.Err() == nil:
+		return // no leader renewed it: no ack; the client sends again
+	case err != nil, ctx.Err() != nil:
+		return // the stream has ended
+	case known:
+		out = &pb.SessionDown{Kind: &pb.SessionDown_HeartbeatAck{HeartbeatAck: &pb.HeartbeatAck{Id: hb}}}
+	}
+	select {
+	case h.out <- out:
+	default:
+		if out == nil { // the session has ended: worth a wait, once
+			go func() {
+				select {
+				case h.out <- nil:
+				case <-ctx.Done():
+				}
+			}()
+		}
+	}
+}

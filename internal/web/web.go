@@ -1,0 +1,130 @@
+// Package web serves a node's status page: the members and the leader, and
+// every namespace's held and pending locks with their holders, tokens and
+// ages, updated every second. The page (HTML, CSS and a small script, no
+// framework) is embedded in the binary and loads nothing from elsewhere;
+// its script polls the JSON endpoint /api/state, which reads this node's
+// own state: it is not linearizable (a follower may lag the leader by a few
+// entries), and the page says so. `lockcluster query` is the linearizable
+// view.
+//
+// The page shows every namespace: it is an administrator's view. When the
+// cluster has credentials, Options.Authorize must check an admin one.
+//
+// This package is implementation, not API: it makes no compatibility
+// promise, and it exports only what other lockcluster packages use. The
+// stable API is the client (package lockcluster) and the wire contract
+// (api/lockclusterv1); the JSON of /api/state is the page's, not a
+// contract.
+package web
+
+import (
+	"embed"
+	"encoding/json"
+	"io/fs"
+	"net/http"
+	"time"
+
+	"github.com/lockcluster/lockcluster/fsm"
+	"github.com/lockcluster/lockcluster/raftnode"
+)
+
+//go:embed static
+var static embed.FS
+
+// Raft is what the page reads of the node's Raft member; *raftnode.Node
+// has it.
+type Raft interface {
+	Leader() (id, addr string)
+	State() string
+	Members() ([]raftnode.Member, error)
+}
+
+var _ Raft = (*raftnode.Node)(nil)
+
+// Options configure Handler.
+type Options struct {
+	NodeID  string
+	Machine *fsm.Machine
+	Raft    Raft
+	// Authorize, when set, decides whether a request may see the page and
+	// its data; a refused request gets 401 with a Basic challenge, so that
+	// a browser asks for credentials (and then sends them with the page's
+	// polls too). nil: open to anyone who reaches the port.
+	Authorize func(*http.Request) bool
+	// Health, when set, returns what the leader sees of each member, by id
+	// (internal/node asks the leader); members it omits show no health.
+	Health func() map[string]Health
+	// maxLocks (tests) bounds the held and the pending locks listed per namespace
+	// (default 200); the counts are always complete.
+	maxLocks int
+	// now (tests) is the clock of the ages (default time.Now).
+	now func() time.Time
+}
+
+// Handler serves the page at /, its assets under /static/ and its data at
+// /api/state; anything else is 404. Mount it at "/".
+func Handler(o Options) http.Handler {
+	if o.maxLocks <= 0 {
+		o.maxLocks = 200
+	}
+	if o.now == nil {
+		o.now = time.Now
+	}
+	sub, err := fs.Sub(static, "static")
+	if err != nil {
+		panic(err) // the embedded tree always has it
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "no-cache")
+		http.ServeFileFS(w, r, sub, "index.html")
+	})
+	mux.HandleFunc("GET /static/{file}", func(w http.ResponseWriter, r *http.Request) {
+		name := r.PathValue("file")
+		if fi, err := fs.Stat(sub, name); err != nil || fi.IsDir() || name == "index.html" {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Cache-Control", "no-cache")
+		http.ServeFileFS(w, r, sub, name)
+	})
+	mux.HandleFunc("GET /api/state", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", " ")
+		_ = enc.Encode(snapshot(o))
+	})
+	return Protect(o.Authorize, secureHeaders(mux))
+}
+
+// Protect answers 401, with a Basic challenge, to the requests authorize
+// refuses, and passes the others to h. A nil authorize lets everything
+// through. The lead's /metrics can use it too.
+func Protect(authorize func(*http.Request) bool, h http.Handler) http.Handler {
+	if authorize == nil {
+		return h
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !authorize(r) {
+			w.Header().Set("WWW-Authenticate", `Basic realm="lockcluster", charset="UTF-8"`)
+			http.Error(w, "unauthorized", http.StatusUnauthorized)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// secureHeaders keep the page to its own origin: no inline script, no
+// framing, nothing fetched from elsewhere. Holders' labels come from
+// clients; the script only ever puts them in text nodes.
+func secureHeaders(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hd := w.Header()
+		hd.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+		hd.Set("X-Content-Type-Options", "nosniff")
+		hd.Set("X-Frame-Options", "DENY")
+		hd.Set("Referrer-Policy", "no-referrer")
+		h.ServeHTTP(w, r)
+	})
+}
