@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -17,12 +18,18 @@ import (
 
 const module = "github.com/lockcluster/lockcluster"
 
-// TestImportRules pins the layering the package docs promise (issue 14):
+// TestImportRules pins the layering the package docs promise (issues 14
+// and 22):
 //
 //   - fsm imports only the standard library;
-//   - raftnode imports no lockcluster package;
+//   - raftnode and session import no lockcluster package;
 //   - the client (this package) imports only api/lockclusterv1 of the
 //     lockcluster packages;
+//   - only cmd/lockcluster and internal/node import internal/server;
+//   - the CLI's client commands (every file of cmd/lockcluster but the
+//     node-side ones in nodeSideFiles) import only the client and
+//     api/lockclusterv1 of the lockcluster packages, as a user's program
+//     would;
 //   - no production code imports a package under test/.
 //
 // Only non-test files count. The imports are read from every such file of
@@ -31,14 +38,22 @@ const module = "github.com/lockcluster/lockcluster"
 // hashicorpmetrics or !unix cannot add an edge the default build hides.
 func TestImportRules(t *testing.T) {
 	for _, e := range productionImports(t) {
-		if msg := breaks(e.from, e.to); msg != "" {
+		if msg := breaks(e.from, e.to, e.file); msg != "" {
 			t.Errorf("%s imports %s (%s): %s", show(e.from), e.to, e.file, msg)
 		}
 	}
 }
 
-// breaks returns the rule the edge from → to breaks, or "".
-func breaks(from, to string) string {
+// nodeSideFiles are the files of cmd/lockcluster that run or build a node
+// (serve, dev, bench, tls, offline snapshots, version) and may import the
+// server's packages; every other file is a client command.
+var nodeSideFiles = map[string]bool{
+	"bench.go": true, "config.go": true, "dev.go": true, "gctune.go": true, "sample.go": true,
+	"serve.go": true, "snapshot.go": true, "tls.go": true, "version.go": true,
+}
+
+// breaks returns the rule the edge from → to, in file, breaks, or "".
+func breaks(from, to, file string) string {
 	inModule := to == module || strings.HasPrefix(to, module+"/")
 	switch {
 	case under(to, "test") && !under(from, "test"):
@@ -47,8 +62,15 @@ func breaks(from, to string) string {
 		return "fsm must import only the standard library"
 	case from == module+"/raftnode" && inModule:
 		return "raftnode must import no lockcluster package"
+	case from == module+"/session" && inModule:
+		return "session must import no lockcluster package"
 	case from == module && inModule && to != module+"/api/lockclusterv1":
 		return "the client must import only api/lockclusterv1 of the lockcluster packages"
+	case to == module+"/internal/server" && from != module+"/cmd/lockcluster" && from != module+"/internal/node":
+		return "only cmd/lockcluster and internal/node may import internal/server"
+	case from == module+"/cmd/lockcluster" && !nodeSideFiles[path.Base(file)] && inModule &&
+		to != module && to != module+"/api/lockclusterv1":
+		return "a client command must import only the client and api/lockclusterv1 (node-side files: nodeSideFiles)"
 	}
 	return ""
 }
@@ -130,7 +152,7 @@ func productionImports(t *testing.T) []edge {
 			}
 		}
 	}
-	for _, p := range []string{module, module + "/fsm", module + "/raftnode"} {
+	for _, p := range []string{module, module + "/fsm", module + "/raftnode", module + "/session", module + "/cmd/lockcluster"} {
 		if !seen[p] {
 			t.Fatalf("go list did not list %s: the rules read nothing", p)
 		}

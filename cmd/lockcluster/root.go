@@ -13,7 +13,6 @@ import (
 
 	"github.com/lockcluster/lockcluster"
 	"github.com/lockcluster/lockcluster/internal/secure"
-	"github.com/lockcluster/lockcluster/internal/version"
 )
 
 // Exit statuses besides a child's own (lock) and 0.
@@ -64,9 +63,8 @@ Start a local 3-node cluster with 'lockcluster dev', then run a command under a
 lock with 'lockcluster lock NAME -- CMD'.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
-		Version:       version.Current().Version,
 	}
-	root.SetVersionTemplate(version.Current().String() + "\n")
+	setVersion(root)
 	pf := root.PersistentFlags()
 	pf.StringVar(&g.addr, "addr", envOr("LOCKCLUSTER_ADDR", "127.0.0.1:7700"), "cluster endpoints, comma-separated (env LOCKCLUSTER_ADDR)")
 	pf.StringVarP(&g.namespace, "namespace", "n", envOr("LOCKCLUSTER_NAMESPACE", "default"), "namespace (env LOCKCLUSTER_NAMESPACE)")

@@ -9,6 +9,12 @@ import (
 	"github.com/lockcluster/lockcluster/internal/version"
 )
 
+// setVersion gives root its --version flag: the build, as 'version' prints it.
+func setVersion(root *cobra.Command) {
+	root.Version = version.Current().Version
+	root.SetVersionTemplate(version.Current().String() + "\n")
+}
+
 func newVersion(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "version",
