@@ -159,3 +159,35 @@ func productionImports(t *testing.T) []edge {
 	}
 	return edges
 }
+
+// publicPackages are the importable packages outside internal/ and test/,
+// with what the README's package table promises of each. A new package
+// outside internal/ must be added here and to that table on purpose.
+var publicPackages = map[string]string{
+	module:                        "stable: the Go client",
+	module + "/api/lockclusterv1": "stable: the wire contract",
+	module + "/fsm":               "public, unstable: the Web Locks state machine",
+	module + "/fsm/raftfsm":       "public, unstable: fsm's adapter to hashicorp/raft",
+	module + "/raftnode":          "public, unstable: a hardened raft member",
+	module + "/session":           "public, unstable: session liveness",
+	module + "/deploy":            "exports nothing: the tests of the deploy files",
+}
+
+// TestPublicSurface fails for an importable package outside internal/ and
+// test/ that publicPackages does not list: the compiler, not the README,
+// keeps the server's packages private (issue 22).
+func TestPublicSurface(t *testing.T) {
+	out, err := exec.Command("go", "list", "-tags", "hashicorpmetrics", "-f", "{{.ImportPath}} {{.Name}}", "./...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		pkg, name, _ := strings.Cut(line, " ")
+		if name == "main" || under(pkg, "internal") || under(pkg, "test") {
+			continue
+		}
+		if _, ok := publicPackages[pkg]; !ok {
+			t.Errorf("%s is importable outside internal/ and test/ but not one of the public packages (imports_test.go publicPackages, README's package table): move it under internal/", show(pkg))
+		}
+	}
+}
