@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/lockcluster/lockcluster/internal/testutil"
 )
 
 func TestLagTracker(t *testing.T) {
@@ -73,7 +75,7 @@ func TestStuckFollowerIsBehind(t *testing.T) {
 	defer release()
 	start := time.Now()
 	propose(t, leader.node, "b", "c")
-	waitFor(t, behindBound+5*time.Second, f.id+" fenced as behind", func() bool { return errors.Is(f.node.Unfit(), ErrBehind) })
+	testutil.Eventually(t, behindBound+5*time.Second, f.id+" fenced as behind", func() bool { return errors.Is(f.node.Unfit(), ErrBehind) })
 	took := time.Since(start)
 	if took < behindBound-behindTick {
 		t.Errorf("fenced after %v, before the bound (%v)", took, behindBound)
@@ -98,7 +100,7 @@ func TestStuckFollowerIsBehind(t *testing.T) {
 
 	release()
 	c.waitEntries([]string{"a", "b", "c"}, f)
-	waitFor(t, 3*time.Second, f.id+" fit again", func() bool { return f.node.Unfit() == nil })
+	testutil.Eventually(t, 3*time.Second, f.id+" fit again", func() bool { return f.node.Unfit() == nil })
 	if lag := f.node.ApplyLag(); lag >= behindClear {
 		t.Errorf("ApplyLag %v once caught up", lag)
 	}
@@ -173,8 +175,8 @@ func TestBusyFollowersAreNotBehind(t *testing.T) {
 	c.start(f, nil)
 	nodesMu.Unlock()
 	want := leader.node.raft.CommitIndex()
-	waitFor(t, 10*time.Second, f.id+" caught up", func() bool { return f.node.fsmReached(want) })
-	waitFor(t, 2*time.Second, "a tick after", func() bool { return f.node.ApplyLag() < behindClear })
+	testutil.Eventually(t, 10*time.Second, f.id+" caught up", func() bool { return f.node.fsmReached(want) })
+	testutil.Eventually(t, 2*time.Second, "a tick after", func() bool { return f.node.ApplyLag() < behindClear })
 	stop()
 	wg.Wait()
 	t.Logf("largest apply lags: %v", maxLag)

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/lockcluster/lockcluster/internal/testutil"
 )
 
 func cmd(i, term uint64, data string) *raft.Log {
@@ -122,7 +124,7 @@ func sameHashes(t *testing.T, c *cluster, index uint64) {
 	t.Helper()
 	var first [32]byte
 	for i, tn := range c.running() {
-		waitFor(t, 10*time.Second, tn.id+" to apply "+fmt.Sprint(index), func() bool {
+		testutil.Eventually(t, 10*time.Second, tn.id+" to apply "+fmt.Sprint(index), func() bool {
 			applied, _, known := tn.node.AppliedHash()
 			return known && applied >= index
 		})
@@ -151,7 +153,7 @@ func TestClusterChainsAgree(t *testing.T) {
 	leader := c.waitLeader()
 	// The chain starts at the leader's anchor entry: entries proposed
 	// before it is applied are not in any chain.
-	waitFor(t, 10*time.Second, "the anchor", func() bool {
+	testutil.Eventually(t, 10*time.Second, "the anchor", func() bool {
 		_, _, known := leader.node.AppliedHash()
 		return known
 	})
@@ -161,7 +163,7 @@ func TestClusterChainsAgree(t *testing.T) {
 	sameHashes(t, c, leader.node.LastIndex())
 
 	follower := c.followers(leader)[0]
-	waitFor(t, 10*time.Second, "a verified checkpoint on "+follower.id, func() bool {
+	testutil.Eventually(t, 10*time.Second, "a verified checkpoint on "+follower.id, func() bool {
 		return follower.node.checkpointsOK.Load() > 0
 	})
 	if _, err := follower.node.Snapshot(ctxTimeout(t, 5*time.Second)); err != nil {

@@ -14,6 +14,8 @@ import (
 
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+
+	"github.com/lockcluster/lockcluster/internal/testutil"
 )
 
 // applied is one entry as a state machine saw it.
@@ -188,7 +190,7 @@ func (s *staleFollower) appendEntries(prev, prevTerm, commit uint64, entries ...
 func (s *staleFollower) settled() uint64 {
 	s.t.Helper()
 	commit, _ := strconv.ParseUint(s.node.raft.Stats()["commit_index"], 10, 64)
-	waitFor(s.t, 10*time.Second, fmt.Sprintf("applied index %d", commit), func() bool {
+	testutil.Eventually(s.t, 10*time.Second, fmt.Sprintf("applied index %d", commit), func() bool {
 		return s.node.AppliedIndex() >= commit
 	})
 	return commit

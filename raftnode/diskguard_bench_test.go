@@ -10,6 +10,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	wal "github.com/hashicorp/raft-wal"
+
+	"github.com/lockcluster/lockcluster/internal/testutil"
 )
 
 // BenchmarkWALAppend compares one-entry appends to raft-wal alone and
@@ -66,7 +68,7 @@ func BenchmarkWALGetLog(b *testing.B) {
 func walDirs(b *testing.B) (string, func() (*wal.WAL, error)) {
 	dir := b.TempDir()
 	if os.Geteuid() == 0 {
-		dir = mountTmpfs(b, 512<<20)
+		dir = testutil.Tmpfs(b, 512<<20)
 	}
 	dir = filepath.Join(dir, "wal")
 	if err := os.MkdirAll(dir, 0o700); err != nil {

@@ -22,65 +22,13 @@ import (
 	wal "github.com/hashicorp/raft-wal"
 	"github.com/hashicorp/raft-wal/metadb"
 	"github.com/hashicorp/raft-wal/types"
+
+	"github.com/lockcluster/lockcluster/internal/testutil"
 )
 
-// mountTmpfs mounts a tmpfs of size bytes on a new directory for this test
-// (root only: the test is skipped otherwise).
-func mountTmpfs(t testing.TB, size uint64) string {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("this test fills a small file system: mounting a tmpfs needs root")
-	}
-	dir := t.TempDir()
-	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, fmt.Sprintf("size=%d", size)); err != nil {
-		t.Skipf("cannot mount a tmpfs on %s: %v", dir, err)
-	}
-	t.Cleanup(func() { syscall.Unmount(dir, syscall.MNT_DETACH) })
-	return dir
-}
-
-// ballast fills dir's file system but for leave bytes and returns the
-// ballast file's path.
-func ballast(t testing.TB, dir string, leave uint64) string {
-	t.Helper()
-	free, _, ok := diskSpace(dir)
-	if !ok || free <= leave {
-		t.Fatalf("free space in %s: %d (ok %v), want more than %d", dir, free, ok, leave)
-	}
-	path := filepath.Join(dir, "ballast")
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if err := syscall.Fallocate(int(f.Fd()), 0, 0, int64(free-leave)); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
-
-// syncBuffer collects a logger's output.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func bufferLogger(t testing.TB, buf *syncBuffer) hclog.Logger {
-	tw := &testWriter{t: t}
-	t.Cleanup(tw.stop)
-	return hclog.New(&hclog.LoggerOptions{Name: "guard", Output: io.MultiWriter(buf, tw), Level: hclog.Info})
+// bufferLogger logs to buf and to t.Log.
+func bufferLogger(t testing.TB, buf *testutil.Buffer) hclog.Logger {
+	return hclog.New(&hclog.LoggerOptions{Name: "guard", Output: io.MultiWriter(buf, testutil.LogWriter(t)), Level: hclog.Info})
 }
 
 // fenceRecorder stands for the node's storage fence.
@@ -103,7 +51,7 @@ func entry(i uint64, size int) *raft.Log {
 // gone the guard reopens the log in this process and writes work again,
 // across further rotations.
 func TestDiskGuardReopensWhenSpaceReturns(t *testing.T) {
-	mnt := mountTmpfs(t, 8<<20)
+	mnt := testutil.Tmpfs(t, 8<<20)
 	dir := filepath.Join(mnt, "wal")
 	stale := filepath.Join(dir, ".space-probe-123") // a probe a crash left behind
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -112,7 +60,7 @@ func TestDiskGuardReopensWhenSpaceReturns(t *testing.T) {
 	if err := os.WriteFile(stale, make([]byte, 1<<20), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	var logs syncBuffer
+	var logs testutil.Buffer
 	g, err := openWAL(dir, bufferLogger(t, &logs))
 	if err != nil {
 		t.Fatal(err)
@@ -128,7 +76,7 @@ func TestDiskGuardReopensWhenSpaceReturns(t *testing.T) {
 	var fence fenceRecorder
 	g.attach(fence.raise, fence.lower, nil)
 
-	bal := ballast(t, mnt, 256<<10)
+	bal := testutil.Ballast(t, mnt, 256<<10)
 	var last uint64
 	var werr error
 	for i := uint64(1); i < 5000; i++ {
@@ -198,7 +146,7 @@ func TestDiskGuardReopensWhenSpaceReturns(t *testing.T) {
 	if err := os.Remove(bal); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "the fence to come down", func() bool { return fence.lowered.Load() == 1 })
+	testutil.Eventually(t, 5*time.Second, "the fence to come down", func() bool { return fence.lowered.Load() == 1 })
 	if g.Failing() != nil {
 		t.Fatalf("still failing: %v", g.Failing())
 	}
@@ -228,7 +176,7 @@ func TestDiskGuardReopensWhenSpaceReturns(t *testing.T) {
 // new segment, and a reopen would then show a log shorter than raft
 // believes it is.
 func TestDiskGuardTruncatesOnlyWithRoom(t *testing.T) {
-	mnt := mountTmpfs(t, 8<<20)
+	mnt := testutil.Tmpfs(t, 8<<20)
 	dir := filepath.Join(mnt, "wal")
 	g, err := openWAL(dir, testLogger(t, "guard"))
 	if err != nil {
@@ -243,14 +191,14 @@ func TestDiskGuardTruncatesOnlyWithRoom(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	bal := ballast(t, mnt, 256<<10)
+	bal := testutil.Ballast(t, mnt, 256<<10)
 	if err := g.DeleteRange(91, 100); !errors.Is(err, ErrStorage) || !errors.Is(err, syscall.ENOSPC) {
 		t.Fatalf("deleting the tail on a full disk: %v, want ErrStorage and ENOSPC", err)
 	}
 	if err := os.Remove(bal); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "the fence to come down", func() bool { return fence.lowered.Load() == 1 })
+	testutil.Eventually(t, 5*time.Second, "the fence to come down", func() bool { return fence.lowered.Load() == 1 })
 	if last, err := g.LastIndex(); err != nil || last != 100 {
 		t.Fatalf("after the failed deletion and a reopen the log ends at %d (%v), want 100", last, err)
 	}
@@ -292,7 +240,7 @@ func TestDiskGuardCompletesAHalfRecordedRotation(t *testing.T) {
 		}
 		return wal.Open(dir, wal.WithSegmentSize(seg))
 	}
-	var logs syncBuffer
+	var logs testutil.Buffer
 	g, err := newDiskGuard(dir, seg, open, bufferLogger(t, &logs))
 	if err != nil {
 		t.Fatal(err)
@@ -317,7 +265,7 @@ func TestDiskGuardCompletesAHalfRecordedRotation(t *testing.T) {
 			break
 		}
 	}
-	waitFor(t, 5*time.Second, "the fence to come down", func() bool { return fence.lowered.Load() == 1 })
+	testutil.Eventually(t, 5*time.Second, "the fence to come down", func() bool { return fence.lowered.Load() == 1 })
 	if !strings.Contains(logs.String(), "completed a segment rotation") {
 		t.Errorf("the rotation was not completed:\n%s", logs.String())
 	}
@@ -367,18 +315,18 @@ func TestSegmentSizeFitsTheVolume(t *testing.T) {
 // A node starts on a 64 MiB volume (raft-wal's 64 MiB segments would not
 // fit), and a 2 MiB volume refuses to start with an error that says why.
 func TestNodeStartsOnASmallVolume(t *testing.T) {
-	mnt := mountTmpfs(t, 64<<20)
+	mnt := testutil.Tmpfs(t, 64<<20)
 	n, f, err := startOn(t, mnt, func(c *Config) { c.Bootstrap = []Peer{{ID: "n1"}} })
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "leader", n.IsLeader)
+	testutil.Eventually(t, 10*time.Second, "leader", n.IsLeader)
 	propose(t, n, "a", "b")
 	if got := f.Entries(); len(got) != 2 {
 		t.Fatalf("entries %q", got)
 	}
 
-	tiny := mountTmpfs(t, 2<<20)
+	tiny := testutil.Tmpfs(t, 2<<20)
 	_, _, err = startOn(t, tiny, func(c *Config) { c.Bootstrap = []Peer{{ID: "n1"}} })
 	if err == nil {
 		t.Fatal("a node started on a 2 MiB volume")
@@ -394,14 +342,14 @@ func TestNodeStartsOnASmallVolume(t *testing.T) {
 // is fenced (Unfit matches ErrStorage and names the directory); once the
 // ballast is gone it leads and takes proposals again, with no restart.
 func TestFullDiskNodeRecoversWithoutRestart(t *testing.T) {
-	mnt := mountTmpfs(t, 8<<20)
+	mnt := testutil.Tmpfs(t, 8<<20)
 	n, f, err := startOn(t, mnt, func(c *Config) { c.Bootstrap = []Peer{{ID: "n1"}} })
 	if err != nil {
 		t.Fatal(err)
 	}
 	n.stores.wal.retry = 50 * time.Millisecond
-	waitFor(t, 10*time.Second, "leader", n.IsLeader)
-	bal := ballast(t, mnt, 256<<10)
+	testutil.Eventually(t, 10*time.Second, "leader", n.IsLeader)
+	bal := testutil.Ballast(t, mnt, 256<<10)
 	value := strings.Repeat("x", 1000)
 	proposed := 0
 	for ; proposed < 5000; proposed++ {
@@ -413,7 +361,7 @@ func TestFullDiskNodeRecoversWithoutRestart(t *testing.T) {
 	if proposed == 5000 {
 		t.Fatal("5 MB of proposals fit in 256 KiB")
 	}
-	waitFor(t, 5*time.Second, "the storage fence", func() bool { return errors.Is(n.Unfit(), ErrStorage) })
+	testutil.Eventually(t, 5*time.Second, "the storage fence", func() bool { return errors.Is(n.Unfit(), ErrStorage) })
 	t.Logf("unfit: %v", n.Unfit())
 	if !strings.Contains(n.Unfit().Error(), mnt) {
 		t.Errorf("Unfit() = %q: does not name %s", n.Unfit(), mnt)
@@ -430,7 +378,7 @@ func TestFullDiskNodeRecoversWithoutRestart(t *testing.T) {
 	if err := os.Remove(bal); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "the fence to come down and a leader", func() bool { return n.Unfit() == nil && n.IsLeader() })
+	testutil.Eventually(t, 10*time.Second, "the fence to come down and a leader", func() bool { return n.Unfit() == nil && n.IsLeader() })
 	propose(t, n, "after")
 	if got := f.Entries(); got[len(got)-1] != "after" {
 		t.Fatalf("last entry %q", got[len(got)-1])

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/lockcluster/lockcluster/internal/testutil"
 )
 
 // With the divergencetest build tag, LOCKCLUSTER_TEST_DIVERGE=n2:INDEX makes
@@ -27,14 +29,14 @@ func TestPlantedDivergenceFencesTheReplica(t *testing.T) {
 		leader = c.waitLeader()
 	}
 	n2 := c.nodes[1]
-	waitFor(t, 10*time.Second, "the chain to start on n2", func() bool {
+	testutil.Eventually(t, 10*time.Second, "the chain to start on n2", func() bool {
 		_, _, known := n2.node.AppliedHash()
 		return known
 	})
 	for leader.node.LastIndex() < 25 {
 		propose(t, leader.node, "x")
 	}
-	waitFor(t, 20*time.Second, "n2 to fence itself", func() bool { return n2.node.Diverged() != nil })
+	testutil.Eventually(t, 20*time.Second, "n2 to fence itself", func() bool { return n2.node.Diverged() != nil })
 	var d *divergedError
 	if err := n2.node.Diverged(); !errors.As(err, &d) || !errors.Is(err, ErrDiverged) {
 		t.Fatalf("Diverged() = %v", err)

@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"slices"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -17,6 +16,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	"go.uber.org/goleak"
+
+	"github.com/lockcluster/lockcluster/internal/testutil"
 )
 
 // TestMain checks that, once every test has shut its nodes down, no
@@ -78,52 +79,15 @@ func (s listSnapshot) Persist(sink raft.SnapshotSink) error {
 
 func (listSnapshot) Release() {}
 
-// testLogger routes hclog output to t.Log until the test's cleanups have
-// run (raft's transport can log after Shutdown returns; t.Log after the
-// test ends would panic). Set RAFTNODE_TEST_LOG=debug for more detail.
+// testLogger sends hclog output to t.Log until the test's cleanups have
+// run; call it before starting the nodes that log through it. Set
+// RAFTNODE_TEST_LOG=debug for more detail.
 func testLogger(t testing.TB, name string) hclog.Logger {
-	w := &testWriter{t: t}
-	t.Cleanup(w.stop) // registered before the nodes' cleanups, so runs after them
 	level := hclog.Info
 	if l := os.Getenv("RAFTNODE_TEST_LOG"); l != "" {
 		level = hclog.LevelFromString(l)
 	}
-	return hclog.New(&hclog.LoggerOptions{
-		Name: name, Output: w, Level: level, TimeFormat: "15:04:05.000",
-	})
-}
-
-type testWriter struct {
-	mu   sync.Mutex
-	t    testing.TB
-	done bool
-}
-
-func (w *testWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if !w.done {
-		w.t.Log(strings.TrimRight(string(p), "\n"))
-	}
-	return len(p), nil
-}
-
-func (w *testWriter) stop() {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.done = true
-}
-
-// waitFor polls cond until it holds or timeout passes.
-func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(5 * time.Millisecond) // poll interval, not synchronisation
-	}
+	return testutil.Logger(t, name, level)
 }
 
 func ctxTimeout(t testing.TB, d time.Duration) context.Context {
@@ -241,7 +205,7 @@ func (c *cluster) running() []*testNode {
 func (c *cluster) waitLeader() *testNode {
 	c.t.Helper()
 	var leader *testNode
-	waitFor(c.t, 10*time.Second, "a single agreed leader", func() bool {
+	testutil.Eventually(c.t, 10*time.Second, "a single agreed leader", func() bool {
 		leader = nil
 		for _, tn := range c.running() {
 			if tn.node.IsLeader() {
@@ -278,7 +242,7 @@ func (c *cluster) followers(leader *testNode) []*testNode {
 func (c *cluster) waitEntries(want []string, nodes ...*testNode) {
 	c.t.Helper()
 	for _, tn := range nodes {
-		waitFor(c.t, 5*time.Second, tn.id+" to apply "+fmt.Sprint(len(want))+" entries", func() bool {
+		testutil.Eventually(c.t, 5*time.Second, tn.id+" to apply "+fmt.Sprint(len(want))+" entries", func() bool {
 			return slices.Equal(tn.fsm.Entries(), want)
 		})
 	}

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/lockcluster/lockcluster/internal/testutil"
 )
 
 func TestJoinAndLeave(t *testing.T) {
@@ -33,7 +35,7 @@ func TestJoinAndLeave(t *testing.T) {
 	}
 	c.nodes = append(c.nodes, n4)
 	c.waitEntries(want, n4)
-	waitFor(t, 5*time.Second, "the join to be committed everywhere", func() bool {
+	testutil.Eventually(t, 5*time.Second, "the join to be committed everywhere", func() bool {
 		for _, tn := range c.nodes {
 			if len(members(t, tn.node)) != 4 {
 				return false
@@ -104,7 +106,7 @@ func TestSingleNodeBootstrapFromConfig(t *testing.T) {
 	c.start(tn, []Peer{{ID: "solo"}})
 	sub, cancel := tn.node.SubscribeLeadership()
 	defer cancel()
-	waitFor(t, 10*time.Second, "leadership notification", func() bool {
+	testutil.Eventually(t, 10*time.Second, "leadership notification", func() bool {
 		select {
 		case v := <-sub:
 			return v

@@ -3,6 +3,8 @@ package raftnode
 import (
 	"testing"
 	"time"
+
+	"github.com/lockcluster/lockcluster/internal/testutil"
 )
 
 // The leader learns from raft's heartbeat observations that a follower
@@ -16,7 +18,7 @@ func TestPeerContactFromHeartbeats(t *testing.T) {
 	dead, alive := f[0], f[1]
 	before := time.Now()
 	c.stop(dead, false)
-	waitFor(t, 10*time.Second, "the leader to report the stopped follower's heartbeats failing", func() bool {
+	testutil.Eventually(t, 10*time.Second, "the leader to report the stopped follower's heartbeats failing", func() bool {
 		pc, ok := leader.node.PeerContact(dead.id)
 		return ok && pc.Failing
 	})
@@ -31,7 +33,7 @@ func TestPeerContactFromHeartbeats(t *testing.T) {
 		t.Fatal("a node that does not lead answered PeerContact")
 	}
 	c.start(dead, nil)
-	waitFor(t, 20*time.Second, "the leader to report the restarted follower's heartbeats resumed", func() bool {
+	testutil.Eventually(t, 20*time.Second, "the leader to report the restarted follower's heartbeats resumed", func() bool {
 		pc, ok := leader.node.PeerContact(dead.id)
 		return ok && !pc.Failing
 	})

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/lockcluster/lockcluster/internal/testutil"
 )
 
 // markDirDamaged records d in a stopped node's data directory, as the
@@ -55,7 +57,7 @@ func TestDamagedNodeNeitherVotesNorLeadsUntilRepaired(t *testing.T) {
 	if err := n2.node.Unfit(); !errors.Is(err, ErrDamaged) {
 		t.Fatalf("n2 restarted damaged: Unfit() = %v, want ErrDamaged", err)
 	}
-	waitFor(t, 20*time.Second, "n2 to refuse n3's vote requests", func() bool {
+	testutil.Eventually(t, 20*time.Second, "n2 to refuse n3's vote requests", func() bool {
 		return n2.node.clamp.votesRefused.Load() >= 2
 	})
 	for _, tn := range c.running() {
@@ -71,7 +73,7 @@ func TestDamagedNodeNeitherVotesNorLeadsUntilRepaired(t *testing.T) {
 	if got := c.waitLeader(); got == n2 {
 		t.Fatal("the damaged node became leader")
 	}
-	waitFor(t, 20*time.Second, "n2 to be repaired from the leader", func() bool { return n2.node.Damaged() == nil })
+	testutil.Eventually(t, 20*time.Second, "n2 to be repaired from the leader", func() bool { return n2.node.Damaged() == nil })
 	if _, err := os.Stat(filepath.Join(n2.dir, damagedFile)); !os.IsNotExist(err) {
 		t.Fatalf("the repaired data directory is still marked: %v", err)
 	}

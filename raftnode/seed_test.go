@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/lockcluster/lockcluster/internal/testutil"
 )
 
 // A data directory seeded from a state machine snapshot starts a one-node
@@ -40,7 +42,7 @@ func TestSeedStartsAClusterFromASnapshot(t *testing.T) {
 	if err != nil || r.Index <= index {
 		t.Fatalf("the first proposal: index %d, %v; want above the seeded %d", r.Index, err, index)
 	}
-	waitFor(t, 5*time.Second, "the chain to start at an anchor", func() bool {
+	testutil.Eventually(t, 5*time.Second, "the chain to start at an anchor", func() bool {
 		_, _, known := n1.node.AppliedHash()
 		return known
 	})
@@ -54,7 +56,7 @@ func TestSeedStartsAClusterFromASnapshot(t *testing.T) {
 	propose(t, n1.node, "e")
 	want := append(slices.Clone(state), "d", "e")
 	c.waitEntries(want, n1, n2)
-	waitFor(t, 10*time.Second, "the joined node to verify a checkpoint", func() bool {
+	testutil.Eventually(t, 10*time.Second, "the joined node to verify a checkpoint", func() bool {
 		return n2.node.CheckpointsVerified() > 0
 	})
 	for _, tn := range c.nodes {

@@ -19,6 +19,8 @@ import (
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	wal "github.com/hashicorp/raft-wal"
+
+	"github.com/lockcluster/lockcluster/internal/testutil"
 )
 
 // snapTestDataDir runs a one-node cluster in a new data directory: 10
@@ -35,7 +37,7 @@ func snapTestDataDir(t *testing.T, trailingLogs uint64) (string, []string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "leader", n.IsLeader)
+	testutil.Eventually(t, 10*time.Second, "leader", n.IsLeader)
 	for _, batch := range []string{"a", "b"} {
 		for i := range 10 {
 			propose(t, n, fmt.Sprint(batch, i))

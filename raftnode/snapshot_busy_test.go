@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/lockcluster/lockcluster/internal/testutil"
 )
 
 // busyFSM's Snapshot fails its first busy calls, as lockcluster's does
@@ -33,7 +35,7 @@ func TestSnapshotRetriesBusyFSM(t *testing.T) {
 	t.Parallel()
 	fsm := &busyFSM{listFSM: &listFSM{}}
 	n := soloNode(t, fsm)
-	waitFor(t, 10*time.Second, "leadership", n.IsLeader)
+	testutil.Eventually(t, 10*time.Second, "leadership", n.IsLeader)
 	propose(t, n, "a")
 	applied := n.AppliedIndex()
 	fsm.busy.Store(3)

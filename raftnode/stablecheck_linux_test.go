@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/lockcluster/lockcluster/internal/testutil"
 )
 
 // On a full disk a term and a vote are still saved: the shadow is
@@ -17,7 +19,7 @@ import (
 // pages it already has. The rename-based shadow of earlier commits needed
 // a new file, and raft panics when it cannot save a term.
 func TestStableFullDisk(t *testing.T) {
-	dir := mountTmpfs(t, 1<<20)
+	dir := testutil.Tmpfs(t, 1<<20)
 	cs, b, d := openChecked(t, dir)
 	if d != nil {
 		t.Fatal(d)
@@ -27,7 +29,7 @@ func TestStableFullDisk(t *testing.T) {
 	for term := range uint64(20) {
 		writeTestVote(t, cs, term+1, "cand-a")
 	}
-	ballast := ballast(t, dir, 0)
+	ballast := testutil.Ballast(t, dir, 0)
 	if err := os.WriteFile(filepath.Join(dir, "probe"), make([]byte, 4096), 0o600); !errors.Is(err, syscall.ENOSPC) {
 		t.Fatalf("the disk is not full: writing a new file: %v", err)
 	}

@@ -18,6 +18,8 @@ import (
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	"go.etcd.io/bbolt"
+
+	"github.com/lockcluster/lockcluster/internal/testutil"
 )
 
 var (
@@ -804,7 +806,7 @@ func TestStableUnderRaft(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, 5*time.Second, "leader", func() bool { return r.State() == raft.Leader })
+		testutil.Eventually(t, 5*time.Second, "leader", func() bool { return r.State() == raft.Leader })
 		term := r.CurrentTerm()
 		if err := r.Shutdown().Error(); err != nil {
 			t.Fatal(err)

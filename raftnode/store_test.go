@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/lockcluster/lockcluster/internal/testutil"
 )
 
 // testdata/bolt-datadir.tar.gz is a data directory written by the code
@@ -69,8 +71,8 @@ func TestBoltLogMovesIntoWAL(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "wal.migrating")); !os.IsNotExist(err) {
 		t.Errorf("wal.migrating is still there: %v", err)
 	}
-	waitFor(t, 10*time.Second, "leader", n.IsLeader)
-	waitFor(t, 10*time.Second, "the old entries", func() bool { return slices.Equal(f.Entries(), fixtureEntries()) })
+	testutil.Eventually(t, 10*time.Second, "leader", n.IsLeader)
+	testutil.Eventually(t, 10*time.Second, "the old entries", func() bool { return slices.Equal(f.Entries(), fixtureEntries()) })
 	propose(t, n, "on-wal")
 	if err := n.Shutdown(ctxTimeout(t, 5*time.Second)); err != nil {
 		t.Fatal(err)
@@ -81,8 +83,8 @@ func TestBoltLogMovesIntoWAL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "leader", n.IsLeader)
-	waitFor(t, 10*time.Second, "every entry after a restart on the WAL", func() bool {
+	testutil.Eventually(t, 10*time.Second, "leader", n.IsLeader)
+	testutil.Eventually(t, 10*time.Second, "every entry after a restart on the WAL", func() bool {
 		return slices.Equal(f.Entries(), fixtureEntries("on-wal"))
 	})
 	if err := n.Shutdown(ctxTimeout(t, 5*time.Second)); err != nil {
@@ -105,8 +107,8 @@ func TestBoltLogStoreStillWorks(t *testing.T) {
 	if n.stores.wal != nil {
 		t.Fatal("LogStore bolt opened a WAL")
 	}
-	waitFor(t, 10*time.Second, "leader", n.IsLeader)
-	waitFor(t, 10*time.Second, "the old entries", func() bool { return slices.Equal(f.Entries(), fixtureEntries()) })
+	testutil.Eventually(t, 10*time.Second, "leader", n.IsLeader)
+	testutil.Eventually(t, 10*time.Second, "the old entries", func() bool { return slices.Equal(f.Entries(), fixtureEntries()) })
 	if _, err := os.Stat(filepath.Join(dir, "wal")); !os.IsNotExist(err) {
 		t.Errorf("LogStore bolt made a wal directory: %v", err)
 	}

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/lockcluster/lockcluster/internal/testutil"
 )
 
 // countingLayer is a plain TCP raft.StreamLayer that counts its dials.
@@ -89,7 +91,7 @@ func TestReadBarrierWaitsForFSM(t *testing.T) {
 	var open sync.Once
 	release := func() { open.Do(func() { close(fsm.gate) }) }
 	t.Cleanup(release) // runs before Shutdown, which waits for the FSM goroutine
-	waitFor(t, 10*time.Second, "leadership", n.IsLeader)
+	testutil.Eventually(t, 10*time.Second, "leadership", n.IsLeader)
 	propose(t, n, "a")
 
 	done := make(chan error, 1)
@@ -103,7 +105,7 @@ func TestReadBarrierWaitsForFSM(t *testing.T) {
 		t.Fatal("the FSM never started applying the slow entry")
 	}
 	// raft's AppliedIndex already counts "slow"; the FSM has not applied it.
-	waitFor(t, 5*time.Second, "raft.AppliedIndex to pass the FSM's index", func() bool {
+	testutil.Eventually(t, 5*time.Second, "raft.AppliedIndex to pass the FSM's index", func() bool {
 		return n.raft.AppliedIndex() > n.AppliedIndex()
 	})
 	short, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)

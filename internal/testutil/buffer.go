@@ -1,5 +1,3 @@
-// Package testutil holds helpers that the tests of several packages share.
-// It owns nothing of the product; only _test.go files import it.
 package testutil
 
 import (
