@@ -27,7 +27,14 @@
 // Apply returns the entry's Result (errors are values: a rejected request
 // changes nothing) and the ordered Events it caused, each addressed to one
 // session. Delivering those events is the caller's job; this package does no
-// I/O. See DESIGN.md beside this file for the invariants and the mapping of
+// I/O.
+//
+// Beside the commands, one table (AdmissionOf, admission.go) says what a
+// caller must show before the API proposes each command type: the
+// session's secret, nothing (with the reason), or that only a node
+// proposes it. A type the table lacks is refused: the default is deny.
+//
+// See DESIGN.md beside this file for the invariants and the mapping of
 // every function to a step of the spec.
 //
 // This package is implementation, not API: it makes no compatibility

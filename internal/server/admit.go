@@ -14,12 +14,14 @@ import (
 )
 
 // What is refused before the log (SPEC §9: bad input never reaches the
-// log). Every write first passes the gate: the replicated limits, the
-// session's secret (a session is a capability: SPEC §10), the refusals the
-// applied state makes certain (sessions per namespace, pending per
-// session), the per-session and per-namespace write rates; then copies of
-// one (session, request id) that arrive together propose once. The FSM
-// keeps its own checks: a request can race with the entries before it.
+// log). Every write first passes the gate: the command's admission class
+// (fsm/admission.go: a type the table lacks, or one only a node proposes,
+// is refused), the replicated limits, the session's secret (a session is a
+// capability: SPEC §10), the refusals the applied state makes certain
+// (sessions per namespace, pending per session), the per-session and
+// per-namespace write rates; then copies of one (session, request id) that
+// arrive together propose once. The FSM keeps its own checks: a request
+// can race with the entries before it.
 
 // adminKey carries, on a forwarded call, that the original caller holds an
 // admin credential. It is trusted only from a caller that holds one itself
@@ -38,22 +40,6 @@ func (s *Server) adminCaller(ctx context.Context) bool {
 	md, _ := metadata.FromIncomingContext(ctx)
 	v := md.Get(adminKey)
 	return len(v) == 1 && v[0] == "1"
-}
-
-// sessionScoped returns the session a write acts for, and whether an admin
-// may act for it without its secret.
-func sessionScoped(cmd fsm.Command) (id uint64, ns string, adminMay, ok bool) {
-	switch c := cmd.(type) {
-	case *fsm.Request:
-		return c.Session, c.Namespace, false, true
-	case *fsm.Release:
-		return c.Session, c.Namespace, true, true
-	case *fsm.Abort:
-		return c.Session, c.Namespace, true, true
-	case *fsm.CloseSession:
-		return c.Session, c.Namespace, true, true
-	}
-	return 0, "", false, false
 }
 
 // checkSecret decides whether the caller may act for session id in ns.
@@ -86,16 +72,31 @@ func errOrNil(err *fsm.Error) error {
 
 // admit is the gate. A nil error lets cmd go to the log; an error that is
 // errors.Is raftnode.ErrNotLeader sends the call to the leader; any other
-// is the answer.
+// is the answer. Which commands need a session's secret is the fsm's
+// admission table's to say, by the command's type; a type it lacks is
+// refused (Internal), never admitted.
 func (s *Server) admit(ctx context.Context, cmd fsm.Command, secret []byte) error {
+	adm, err := fsm.AdmissionOf(cmd)
+	if err != nil {
+		return toStatus(err)
+	}
+	id, idNS, scoped := adm.Session(cmd)
+	switch {
+	case adm.Class == fsm.SessionSecret && !scoped:
+		return toStatus(fmt.Errorf("internal error: %T acts for a session but names none: refused", cmd))
+	case adm.Class == fsm.NodeOnly:
+		return toStatus(fmt.Errorf("internal error: %T is proposed only by a node, never for a client (%s): refused", cmd, adm.Reason))
+	case adm.Class != fsm.SessionSecret && adm.Class != fsm.Exempt:
+		return toStatus(fmt.Errorf("internal error: %T has admission class %s, which the gate does not know: refused", cmd, adm.Class))
+	}
 	if err := s.m.Limits().Check(cmd); err != nil {
 		return toStatus(err)
 	}
-	if id, ns, adminMay, ok := sessionScoped(cmd); ok {
+	if scoped {
 		// An admin may act without the secret; audit.go logs it.
-		adminActs := adminMay && len(secret) == 0 && s.adminCaller(ctx)
+		adminActs := adm.AdminMay && len(secret) == 0 && s.adminCaller(ctx)
 		if !adminActs {
-			if err := s.checkSecret(ctx, id, ns, secret); err != nil {
+			if err := s.checkSecret(ctx, id, idNS, secret); err != nil {
 				return err
 			}
 		}
@@ -103,7 +104,7 @@ func (s *Server) admit(ctx context.Context, cmd fsm.Command, secret []byte) erro
 	if err := s.m.Precheck(cmd); err != nil {
 		return toStatus(err)
 	}
-	if id, _, _, ok := sessionScoped(cmd); ok && !s.rate.allow(id, s.cfg.Now()) {
+	if scoped && !s.rate.allow(id, s.cfg.Now()) {
 		return toStatus(&fsm.Error{Code: fsm.CodeLimit,
 			Msg: fmt.Sprintf("session %d is over the request rate limit of %g per second (burst %g): slow down", id, s.rate.rate, s.rate.burst)})
 	}
@@ -190,8 +191,9 @@ func keyOf(cmd fsm.Command) (flightKey, bool) {
 	return flightKey{}, false
 }
 
-// errSessionsFull is the certain refusal of an OpenSession over the
-// sessions limit, counting the opens in flight.
+// reserveOpen counts an OpenSession in flight in its namespace, or returns
+// the certain refusal of one over the sessions limit, counting the opens
+// in flight; call release once the proposal is done.
 func (s *Server) reserveOpen(c *fsm.OpenSession) (release func(), err error) {
 	lim := s.m.Limits().MaxSessionsPerNamespace
 	if lim <= 0 {
