@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -21,6 +20,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/lockcluster/lockcluster/internal/node"
+	"github.com/lockcluster/lockcluster/internal/testutil"
 	"github.com/lockcluster/lockcluster/raftnode"
 )
 
@@ -58,29 +58,15 @@ type Options struct {
 	Node func(*node.Config)
 }
 
-type testWriter struct {
-	mu   sync.Mutex
-	t    T
-	done bool
-}
-
-func (w *testWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if !w.done {
-		w.t.Log(strings.TrimRight(string(p), "\n"))
-	}
-	return len(p), nil
-}
-
 // Start starts n nodes: the first bootstraps the cluster, the others join
 // it. It returns once every node sees the same leader.
 func Start(t T, n int, opts Options) *Cluster {
 	t.Helper()
-	w := &testWriter{t: t}
-	var out io.Writer = w
-	if opts.Quiet {
-		out = io.Discard
+	// The nodes log to t.Log until the writer's cleanup, registered before
+	// the cluster's below and so run after it (cleanups run last first).
+	out := io.Discard
+	if !opts.Quiet {
+		out = testutil.LogWriter(t)
 	}
 	c := &Cluster{t: t, log: hclog.New(&hclog.LoggerOptions{Name: "test", Output: out, Level: hclog.Info}), hashCheck: true}
 	if os.Getenv(plantEnv) != "" {
@@ -94,9 +80,6 @@ func Start(t T, n int, opts Options) *Cluster {
 			c.compareRunning(hashCatchUp)
 		}
 		c.StopAll()
-		w.mu.Lock()
-		w.done = true
-		w.mu.Unlock()
 		if problem := c.hashReport(); problem != "" {
 			t.Fatalf("%s", problem)
 		}
@@ -153,16 +136,11 @@ func (c *Cluster) Addrs() []string {
 	return out
 }
 
-// WaitFor polls cond until it holds or d passes.
+// WaitFor polls cond until it holds, failing the cluster's test once d
+// passes (testutil.Eventually).
 func (c *Cluster) WaitFor(d time.Duration, what string, cond func() bool) {
 	c.t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			c.t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testutil.Eventually(c.t, d, what, cond)
 }
 
 // WaitLeader waits until the running nodes agree on a leader and returns
