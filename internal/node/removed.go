@@ -2,15 +2,13 @@ package node
 
 import (
 	"context"
-	"slices"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 
 	pb "github.com/lockcluster/lockcluster/api/lockclusterv1"
-	"github.com/lockcluster/lockcluster/fsm"
-	"github.com/lockcluster/lockcluster/raftnode"
+	"github.com/lockcluster/lockcluster/internal/server"
 )
 
 // A node removed from the cluster (lockcluster leave) often never hears of
@@ -21,7 +19,9 @@ import (
 // (in raft's configuration or the member directory) and has known no
 // leader for removalCheck, it asks the other members for
 // the cluster's membership; when a leader's answer leaves it out, the node
-// says so and Removed is closed ('serve' then exits).
+// says so and Removed is closed ('serve' then exits). The rule (who is a
+// member, which answer decides) is the server's membership
+// (server.IsMember, server.RemovedFrom); this file runs the watch.
 
 // removalCheck is how long a member goes without a leader before it asks
 // whether it was removed.
@@ -43,14 +43,9 @@ func (n *Node) watchRemoval(ctx context.Context) {
 			case <-tick.C:
 			}
 		}
-		// A member: in raft's configuration, or in the member directory
-		// (a node removed at once may see only the directory's record).
-		if ms, err := n.raft.Members(); err == nil && slices.ContainsFunc(ms, func(m raftnode.Member) bool { return m.ID == n.cfg.ID }) {
-			member = true
-		}
-		if slices.ContainsFunc(n.machine.Members(), func(m fsm.Member) bool { return m.ID == n.cfg.ID }) {
-			member = true
-		}
+		// The removed-node rule is the server's (membership.go).
+		conf, _ := n.raft.Members()
+		member = member || server.IsMember(n.cfg.ID, conf, n.machine.Members())
 		if id, _ := n.raft.Leader(); id != "" || !member {
 			leaderless = time.Time{}
 			continue
@@ -99,16 +94,8 @@ func (n *Node) removedBy(ctx context.Context) (string, bool) {
 		if err != nil {
 			continue
 		}
-		leader := ""
-		listed := false
-		for _, pm := range resp.Members {
-			if pm.Leader {
-				leader = pm.Id
-			}
-			listed = listed || pm.Id == n.cfg.ID
-		}
-		if leader != "" && leader != n.cfg.ID {
-			return leader, !listed
+		if leader, removed, decided := server.RemovedFrom(resp, n.cfg.ID); decided {
+			return leader, removed
 		}
 	}
 	return "", false

@@ -11,6 +11,13 @@
 // leader probes every member's API (probe.go) so that Members reports
 // reachability and lag as the leader sees them.
 //
+// membership.go is the one owner of membership: join and leave (raft's
+// configuration, through the Replica), the member directory (the
+// fsm.SetMember records of where members serve) and the rule by which a
+// node learns it was removed; the Join, Leave and Members handlers wrap
+// it. A leave is safe to retry from any point, and the leader removes the
+// directory's stale records (ids not in the configuration).
+//
 // Its tests run without raft: fake_test.go implements Replica with an
 // in-memory log applied straight to each node's fsm.Machine and servers
 // talking gRPC over in-memory connections, with a fake clock; the tests

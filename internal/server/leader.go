@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	pb "github.com/lockcluster/lockcluster/api/lockclusterv1"
 	"github.com/lockcluster/lockcluster/fsm"
 	"github.com/lockcluster/lockcluster/raftnode"
 	"github.com/lockcluster/lockcluster/session"
@@ -42,8 +41,8 @@ func (s *Server) followLeadership(ctx context.Context) {
 
 // lead runs when this node becomes leader: once session liveness has
 // re-armed every session (after a read barrier, session/DESIGN.md), it
-// applies this node's limits and makes sure the member directory has its
-// own record.
+// applies this node's limits, then makes sure the member directory has its
+// own record and no stale ones (membership.go).
 func (s *Server) lead(ctx context.Context) {
 	if err := s.live.Lead(ctx); err != nil {
 		return
@@ -60,56 +59,7 @@ func (s *Server) lead(ctx context.Context) {
 			s.log.Info("applied this node's limits to the cluster", "limits", fmt.Sprintf("%+v", *want))
 		}
 	}
-	if !s.registered() {
-		if _, err := s.join(ctx, &pb.JoinRequest{Id: s.cfg.Self.ID, RaftAddr: s.cfg.Self.RaftAddr, GrpcAddr: s.cfg.Self.GRPCAddr, HttpAddr: s.cfg.Self.HTTPAddr}); err != nil && ctx.Err() == nil {
-			s.log.Warn("recording this node in the member directory failed", "error", err)
-		}
-	}
-}
-
-func (s *Server) registered() bool {
-	for _, m := range s.m.Members() {
-		if m.ID == s.cfg.Self.ID {
-			return m == s.cfg.Self
-		}
-	}
-	return false
-}
-
-// register makes sure the member directory holds this node's record, so
-// that other nodes can forward to it when it leads. A follower asks the
-// leader to record it (Join, record_only); the leader records itself in
-// lead.
-func (s *Server) register(ctx context.Context) {
-	self := s.cfg.Self
-	// Record only: a node removed by leave must not add itself back.
-	req := &pb.JoinRequest{Id: self.ID, RaftAddr: self.RaftAddr, GrpcAddr: self.GRPCAddr, HttpAddr: self.HTTPAddr, RecordOnly: true}
-	wait := 10 * time.Millisecond // the leader records itself first
-	for !s.registered() {
-		if !s.replica().IsLeader() {
-			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			_, err := s.Join(cctx, req)
-			cancel()
-			if err != nil && ctx.Err() == nil {
-				s.log.Debug("recording this node in the member directory: not yet", "error", err)
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(wait):
-		}
-		wait = min(2*wait, 500*time.Millisecond)
-	}
-}
-
-// setMember proposes a directory record.
-func (s *Server) setMember(ctx context.Context, m fsm.Member, remove bool) error {
-	ap, _, err := s.propose(ctx, &fsm.SetMember{Member: m, Remove: remove})
-	if err != nil {
-		return err
-	}
-	return ap.Result.Err
+	s.members.lead(ctx)
 }
 
 // sessionReplica is what session liveness reads of this node's log: for

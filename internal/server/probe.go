@@ -64,7 +64,7 @@ func (s *Server) probeMembers(ctx context.Context) {
 			continue
 		}
 		var wg sync.WaitGroup
-		for _, m := range s.m.Members() {
+		for _, m := range s.members.directory() {
 			if m.ID == s.cfg.Self.ID || m.GRPCAddr == "" {
 				continue
 			}

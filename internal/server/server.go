@@ -110,6 +110,7 @@ type Server struct {
 	refusal    *rateLimiter[string] // paces a namespace's limit refusals
 	gate       gate                 // admit.go
 	probes     prober               // probe.go
+	members    membership           // membership.go: join, leave, the member directory
 	callAudit  *auditor             // audits the calls on session streams
 	leaderless leaderless           // since when this node has known no leader (touch.go)
 	attaches   *attachGate          // admission.go
@@ -136,6 +137,7 @@ func New(cfg Config) *Server {
 		cfg.DialOptions = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
 	}
 	s := &Server{cfg: cfg, m: cfg.Machine, log: cfg.Logger, done: make(chan struct{})}
+	s.members.s = s
 	queue := cfg.AttachQueue
 	if queue == 0 {
 		queue = defaultAttachQueue
@@ -185,7 +187,7 @@ func (s *Server) Run(ctx context.Context, node Replica) {
 	wg.Add(5)
 	go func() { defer wg.Done(); s.live.Run(ctx) }()
 	go func() { defer wg.Done(); s.followLeadership(ctx) }()
-	go func() { defer wg.Done(); s.register(ctx) }()
+	go func() { defer wg.Done(); s.members.register(ctx) }()
 	go func() { defer wg.Done(); s.probeMembers(ctx) }()
 	go func() { defer wg.Done(); s.watchLeaderless(ctx) }()
 	wg.Wait()
