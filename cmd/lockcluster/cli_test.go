@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/lockcluster/lockcluster"
+	"github.com/lockcluster/lockcluster/internal/testutil"
 )
 
 func run(t *testing.T, pc *procCluster, args ...string) (string, int) {
@@ -75,7 +76,7 @@ func TestClusterCommands(t *testing.T) {
 			t.Fatalf("status with a dead endpoint: exit %d: %s", code, out)
 		}
 		// Health is a probe: a node reports SERVING once it sees a leader.
-		waitFor(t, 5*time.Second, "health to pass", func() bool {
+		testutil.Eventually(t, 5*time.Second, "health to pass", func() bool {
 			_, code := run(t, pc, "health")
 			return code == 0
 		})
@@ -93,7 +94,7 @@ func TestClusterCommands(t *testing.T) {
 		// probe (the subtests above can take under a second; a member
 		// killed before it recorded itself is judged by raft's heartbeats
 		// instead: internal/node's TestMemberWithoutAPIAddressShowsUnreachable).
-		waitFor(t, 30*time.Second, "every member probed ok", func() bool {
+		testutil.Eventually(t, 30*time.Second, "every member probed ok", func() bool {
 			out, _ := run(t, pc, "members")
 			probed := 0
 			for _, line := range strings.Split(out, "\n") {
@@ -109,7 +110,7 @@ func TestClusterCommands(t *testing.T) {
 		// unreachable, and status fails naming it, although every endpoint
 		// that answers is healthy.
 		id := pc.Nodes[victim].ID
-		waitFor(t, 30*time.Second, "members to show the killed node unreachable", func() bool {
+		testutil.Eventually(t, 30*time.Second, "members to show the killed node unreachable", func() bool {
 			out, _ := run(t, pc, "members")
 			for _, line := range strings.Split(out, "\n") {
 				if strings.HasPrefix(line, id+" ") && strings.Contains(line, "unreachable") {
@@ -161,8 +162,8 @@ func TestRemovedNodeStops(t *testing.T) {
 	case <-time.After(60 * time.Second): // only stops a hung test
 		t.Fatalf("the removed node %s still runs", pc.Nodes[victim].ID)
 	}
-	if st := pc.ProcessState(victim); st == nil || st.ExitCode() != exitFailure {
-		t.Fatalf("the removed node exited with %v, want %d", st, exitFailure)
+	if st := pc.ProcessState(victim); st == nil || st.ExitCode() != exitRemoved {
+		t.Fatalf("the removed node exited with %v, want %d", st, exitRemoved)
 	}
 	log, _ := os.ReadFile(pc.Nodes[victim].Log)
 	if !strings.Contains(string(log), "removed from the cluster") {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/lockcluster/lockcluster"
 	"github.com/lockcluster/lockcluster/internal/proccluster"
+	"github.com/lockcluster/lockcluster/internal/testutil"
 )
 
 // grantLog checks every acknowledged grant as it is told to its holder:
@@ -140,12 +141,12 @@ func TestFlippedFrameHeaderLosesNoGrant(t *testing.T) {
 
 	load, stopLoad := context.WithCancel(ctx)
 	wg := runGrants(load, t, pc.addrs(), names, 6, g)
-	waitFor(t, time.Minute, "grants with all three nodes", func() bool { return g.count() >= 200 })
+	testutil.Eventually(t, time.Minute, "grants with all three nodes", func() bool { return g.count() >= 200 })
 	pc.kill(other)
 	_, otherFrames := tailFrames(t, filepath.Join(pc.Nodes[other].Dir, "raft", "wal"))
 	otherLast := otherFrames[len(otherFrames)-1].index
 	before := g.count()
-	waitFor(t, time.Minute, "grants without "+pc.Nodes[other].ID, func() bool { return g.count() >= before+400 })
+	testutil.Eventually(t, time.Minute, "grants without "+pc.Nodes[other].ID, func() bool { return g.count() >= before+400 })
 	pc.kill(damaged)
 	pc.kill(leader) // before the damaged node could be repaired from it
 	stopLoad()
@@ -181,7 +182,7 @@ func TestFlippedFrameHeaderLosesNoGrant(t *testing.T) {
 	// damaged node's vote; the damaged node must not campaign. Wait for a
 	// leader, or for the other follower to have lost two elections.
 	var lead int
-	waitFor(t, 30*time.Second, "a leader, or "+pc.Nodes[other].ID+" to lose two elections", func() bool {
+	testutil.Eventually(t, 30*time.Second, "a leader, or "+pc.Nodes[other].ID+" to lose two elections", func() bool {
 		if lead = proccluster.Leader(ctx, pc.addrs()); lead >= 0 {
 			return true
 		}
@@ -193,7 +194,7 @@ func TestFlippedFrameHeaderLosesNoGrant(t *testing.T) {
 		load, stopLoad := context.WithCancel(ctx)
 		before := g.count()
 		wg := runGrants(load, t, pc.addrs(), names, 6, g)
-		waitFor(t, time.Minute, "grants", func() bool { return g.count() >= before+100 })
+		testutil.Eventually(t, time.Minute, "grants", func() bool { return g.count() >= before+100 })
 		stopLoad()
 		wg.Wait()
 		t.Fatalf("%s leads with the leader down: the damaged node voted or stood for election; %d acknowledged grants contradicted, first: %v",
@@ -207,14 +208,14 @@ func TestFlippedFrameHeaderLosesNoGrant(t *testing.T) {
 
 	pc.start(leader)
 	pc.leader(30 * time.Second)
-	waitFor(t, 30*time.Second, "the damaged node to be repaired", func() bool {
+	testutil.Eventually(t, 30*time.Second, "the damaged node to be repaired", func() bool {
 		code, _ := readyzOf(pc.Nodes[damaged].HTTP)
 		return code == http.StatusOK
 	})
 	load2, stopLoad2 := context.WithCancel(ctx)
 	before = g.count()
 	wg = runGrants(load2, t, pc.addrs(), names, 6, g)
-	waitFor(t, time.Minute, "grants after the repair", func() bool { return g.count() >= before+200 })
+	testutil.Eventually(t, time.Minute, "grants after the repair", func() bool { return g.count() >= before+200 })
 	stopLoad2()
 	wg.Wait()
 	for _, p := range g.problems {
@@ -248,13 +249,13 @@ func TestFlippedByteOnAFollowerIsRepaired(t *testing.T) {
 			load, stopLoad := context.WithCancel(ctx)
 			wg := runGrants(load, t, pc.addrs(), names, 4, g)
 			defer func() { stopLoad(); wg.Wait() }()
-			waitFor(t, time.Minute, "grants", func() bool { return g.count() >= 300 })
+			testutil.Eventually(t, time.Minute, "grants", func() bool { return g.count() >= 300 })
 			pc.terminate(f)
 			t.Logf("%s: %s", pc.Nodes[f].ID, tc.flip(t, pc.Nodes[f].Dir))
 			before := g.count()
 			pc.start(f)
 			code, body := 0, ""
-			waitFor(t, 30*time.Second, "the follower to answer /readyz", func() bool {
+			testutil.Eventually(t, 30*time.Second, "the follower to answer /readyz", func() bool {
 				code, body = readyzOf(pc.Nodes[f].HTTP)
 				return code != 0
 			})
@@ -262,11 +263,11 @@ func TestFlippedByteOnAFollowerIsRepaired(t *testing.T) {
 				t.Fatalf("/readyz of the damaged node: %d %q, want 503 naming the damage", code, body)
 			}
 			t.Logf("it says: %s", strings.TrimSpace(body))
-			waitFor(t, 30*time.Second, "the follower to be repaired", func() bool {
+			testutil.Eventually(t, 30*time.Second, "the follower to be repaired", func() bool {
 				code, _ := readyzOf(pc.Nodes[f].HTTP)
 				return code == http.StatusOK
 			})
-			waitFor(t, time.Minute, "grants after the repair", func() bool { return g.count() >= before+200 })
+			testutil.Eventually(t, time.Minute, "grants after the repair", func() bool { return g.count() >= before+200 })
 			stopLoad()
 			wg.Wait()
 			for _, p := range g.problems {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/lockcluster/lockcluster"
 	"github.com/lockcluster/lockcluster/internal/proccluster"
+	"github.com/lockcluster/lockcluster/internal/testutil"
 )
 
 // Full disks, with real processes: each node's data directory is a small
@@ -41,21 +42,9 @@ const (
 // the test is skipped otherwise.
 func startOnTmpfs(t *testing.T, n int, size uint64) (*procCluster, []string) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("this test fills the nodes' disks: mounting a tmpfs for each needs root")
-	}
-	base := t.TempDir()
 	var mnts []string
-	for i := range n {
-		m := filepath.Join(base, fmt.Sprintf("disk%d", i))
-		if err := os.Mkdir(m, 0o700); err != nil {
-			t.Fatal(err)
-		}
-		if err := syscall.Mount("tmpfs", m, "tmpfs", 0, fmt.Sprintf("size=%d", size)); err != nil {
-			t.Skipf("cannot mount a tmpfs on %s: %v", m, err)
-		}
-		t.Cleanup(func() { syscall.Unmount(m, syscall.MNT_DETACH) }) // after the nodes stop (cleanups run last first)
-		mnts = append(mnts, m)
+	for range n {
+		mnts = append(mnts, testutil.Tmpfs(t, size)) // unmounted after the nodes stop
 	}
 	cfg := proccluster.Config{Bin: binary(t), Nodes: n, Dir: t.TempDir(), Keep: true,
 		NodeDir: func(i int) string { return filepath.Join(mnts[i], "data") }}
@@ -68,30 +57,6 @@ func resizeTmpfs(t *testing.T, m string, size uint64) {
 	if err := syscall.Mount("tmpfs", m, "tmpfs", syscall.MS_REMOUNT, fmt.Sprintf("size=%d", size)); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// fillDisk fills the file system of m but for leave bytes with a ballast
-// file, and returns its path.
-func fillDisk(t *testing.T, m string, leave uint64) string {
-	t.Helper()
-	var st syscall.Statfs_t
-	if err := syscall.Statfs(m, &st); err != nil {
-		t.Fatal(err)
-	}
-	free := st.Bavail * uint64(st.Bsize)
-	if free <= leave {
-		t.Fatalf("%s has %d bytes free, want more than %d", m, free, leave)
-	}
-	path := filepath.Join(m, "ballast")
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if err := syscall.Fallocate(int(f.Fd()), 0, 0, int64(free-leave)); err != nil {
-		t.Fatal(err)
-	}
-	return path
 }
 
 // readyzOf is a node's /readyz: status code and body (0 when it does not
@@ -205,14 +170,14 @@ func TestFullDisksRecoverWithoutRestart(t *testing.T) {
 	load, stopLoad := context.WithCancel(ctx)
 	defer stopLoad()
 	grants, wg := lockLoad(load, t, pc.addrs(), 8, "full")
-	waitFor(t, 30*time.Second, "the load to run", func() bool { return grants.Load() >= 50 })
+	testutil.Eventually(t, 30*time.Second, "the load to run", func() bool { return grants.Load() >= 50 })
 
 	var ballasts []string
 	for _, m := range mnts {
-		ballasts = append(ballasts, fillDisk(t, m, fullLeave))
+		ballasts = append(ballasts, testutil.Ballast(t, m, fullLeave))
 	}
 	filled := time.Now()
-	waitFor(t, 2*time.Minute, "every node to report its full disk and refuse clients", func() bool {
+	testutil.Eventually(t, 2*time.Minute, "every node to report its full disk and refuse clients", func() bool {
 		for _, p := range pc.Nodes {
 			if code, _ := readyzOf(p.HTTP); code != http.StatusServiceUnavailable || !strings.Contains(logOf(t, p), "STORAGE FAILING") {
 				return false
@@ -252,9 +217,9 @@ func TestFullDisksRecoverWithoutRestart(t *testing.T) {
 		}
 	}
 	freed := time.Now()
-	waitFor(t, 30*time.Second, "grants again once the disks have room", func() bool { return grants.Load() >= before+20 })
+	testutil.Eventually(t, 30*time.Second, "grants again once the disks have room", func() bool { return grants.Load() >= before+20 })
 	t.Logf("granting again %v after the ballast went", time.Since(freed).Round(time.Millisecond))
-	waitFor(t, 30*time.Second, "every node ready again", func() bool {
+	testutil.Eventually(t, 30*time.Second, "every node ready again", func() bool {
 		for _, p := range pc.Nodes {
 			if code, _ := readyzOf(p.HTTP); code != http.StatusOK {
 				return false
@@ -310,19 +275,19 @@ func TestFullFollowerHandsItsClientsOver(t *testing.T) {
 		defer wg.Done()
 		acquireLoop(load, client, "follower-client", &mine, &lastErr)
 	}()
-	waitFor(t, 30*time.Second, "grants to the follower's client", func() bool { return mine.Load() >= 10 })
+	testutil.Eventually(t, 30*time.Second, "grants to the follower's client", func() bool { return mine.Load() >= 10 })
 
-	ballast := fillDisk(t, mnts[f], fullLeave)
-	waitFor(t, 2*time.Minute, fp.ID+"'s writes to fail", func() bool { return strings.Contains(logOf(t, fp), "STORAGE FAILING") })
+	ballast := testutil.Ballast(t, mnts[f], fullLeave)
+	testutil.Eventually(t, 2*time.Minute, fp.ID+"'s writes to fail", func() bool { return strings.Contains(logOf(t, fp), "STORAGE FAILING") })
 	failed := time.Now()
-	waitFor(t, fullBound, fp.ID+"'s /readyz to say 503", func() bool {
+	testutil.Eventually(t, fullBound, fp.ID+"'s /readyz to say 503", func() bool {
 		code, _ := readyzOf(fp.HTTP)
 		return code == http.StatusServiceUnavailable
 	})
 	t.Logf("%s not ready %v after its writes failed", fp.ID, time.Since(failed).Round(time.Millisecond))
 	// It still answers Status, saying why it serves no clients: members
 	// shows it fenced, not unreachable, and status fails naming it.
-	waitFor(t, 15*time.Second, "members to show "+fp.ID+" fenced: disk full", func() bool {
+	testutil.Eventually(t, 15*time.Second, "members to show "+fp.ID+" fenced: disk full", func() bool {
 		out, _ := run(t, pc, "members")
 		for _, line := range strings.Split(out, "\n") {
 			if strings.HasPrefix(line, fp.ID+" ") && strings.HasSuffix(strings.TrimSpace(line), "fenced: disk full") {
@@ -335,7 +300,7 @@ func TestFullFollowerHandsItsClientsOver(t *testing.T) {
 		t.Errorf("status with %s's disk full: exit %d: %s", fp.ID, code, out)
 	}
 	m0 := mine.Load()
-	waitFor(t, 30*time.Second, "grants to the follower's client through another node", func() bool { return mine.Load() >= m0+10 })
+	testutil.Eventually(t, 30*time.Second, "grants to the follower's client through another node", func() bool { return mine.Load() >= m0+10 })
 	t.Logf("%d more grants to the follower's client %v after it failed", mine.Load()-m0, time.Since(failed).Round(time.Millisecond))
 	for i, p := range pc.Nodes {
 		if i == f {
@@ -350,13 +315,13 @@ func TestFullFollowerHandsItsClientsOver(t *testing.T) {
 		t.Fatal(err)
 	}
 	freed := time.Now()
-	waitFor(t, 60*time.Second, fp.ID+" ready again", func() bool {
+	testutil.Eventually(t, 60*time.Second, fp.ID+" ready again", func() bool {
 		code, _ := readyzOf(fp.HTTP)
 		return code == http.StatusOK
 	})
 	t.Logf("%s ready %v after the ballast went", fp.ID, time.Since(freed).Round(time.Millisecond))
 	m1 := mine.Load()
-	waitFor(t, 30*time.Second, "grants to the follower's client", func() bool { return mine.Load() >= m1+5 })
+	testutil.Eventually(t, 30*time.Second, "grants to the follower's client", func() bool { return mine.Load() >= m1+5 })
 	stopLoad()
 	wg.Wait()
 	if err := pc.CaughtUp(ctx, 30*time.Second); err != nil {

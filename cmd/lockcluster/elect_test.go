@@ -27,8 +27,8 @@ func TestElectAndObserve(t *testing.T) {
 	}
 	obs, obsOut, obsErr := cli("observe", "sched", "--interval", "50ms")
 	alpha, alphaOut, _ := cli("elect", "sched", "--value", "alpha", "--", "sh", "-c", `echo "leading $LOCKCLUSTER_LOCK_TOKEN"; sleep 60`)
-	waitFor(t, 15*time.Second, "alpha to lead", func() bool { return strings.Contains(alphaOut.String(), "leading") })
-	waitFor(t, 15*time.Second, "observe to print alpha", func() bool { return strings.Contains(obsOut.String(), "alpha\n") })
+	testutil.Eventually(t, 15*time.Second, "alpha to lead", func() bool { return strings.Contains(alphaOut.String(), "leading") })
+	testutil.Eventually(t, 15*time.Second, "observe to print alpha", func() bool { return strings.Contains(obsOut.String(), "alpha\n") })
 
 	// The value shows in query.
 	q, err := c.Query(ctx)
@@ -41,7 +41,7 @@ func TestElectAndObserve(t *testing.T) {
 
 	// beta, without a command, waits its turn, then leads when alpha stops.
 	_, betaOut, _ := cli("elect", "sched", "--value", "beta")
-	waitFor(t, 15*time.Second, "beta to queue", func() bool {
+	testutil.Eventually(t, 15*time.Second, "beta to queue", func() bool {
 		q, err := c.Query(ctx)
 		return err == nil && len(q.Pending) == 1 && q.Pending[0].Label == "beta"
 	})
@@ -49,8 +49,8 @@ func TestElectAndObserve(t *testing.T) {
 		t.Fatalf("beta leads while alpha does: %s", betaOut)
 	}
 	alpha.Process.Signal(syscall.SIGTERM) // to the group: sh exits, alpha resigns
-	waitFor(t, 15*time.Second, "beta to lead", func() bool { return strings.Contains(betaOut.String(), "beta\n") })
-	waitFor(t, 15*time.Second, "observe to print beta", func() bool { return strings.Contains(obsOut.String(), "beta\n") })
+	testutil.Eventually(t, 15*time.Second, "beta to lead", func() bool { return strings.Contains(betaOut.String(), "beta\n") })
+	testutil.Eventually(t, 15*time.Second, "observe to print beta", func() bool { return strings.Contains(obsOut.String(), "beta\n") })
 	if got := obsOut.String(); got != "alpha\nbeta\n" {
 		t.Fatalf("observe printed %q; stderr %s", got, obsErr)
 	}

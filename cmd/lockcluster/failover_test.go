@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/lockcluster/lockcluster"
+	"github.com/lockcluster/lockcluster/internal/testutil"
 )
 
 // Kill the leader (SIGKILL) while locks are held and requests are queued:
@@ -40,7 +41,7 @@ func TestKillLeaderLosesNothing(t *testing.T) {
 		}
 		queued <- l
 	}()
-	waitFor(t, 10*time.Second, "the waiter to queue", func() bool {
+	testutil.Eventually(t, 10*time.Second, "the waiter to queue", func() bool {
 		q, err := other.Query(ctx)
 		return err == nil && len(q.Pending) == 1
 	})
@@ -91,7 +92,7 @@ func TestKillLeaderLosesNothing(t *testing.T) {
 	}
 	// No session expired, even a whole TTL after the failover: the new
 	// leader re-armed every session with a full TTL.
-	waitFor(t, 2*ttl, "a TTL to pass since the failover", func() bool { return time.Since(killed) > ttl+time.Second })
+	testutil.Eventually(t, 2*ttl, "a TTL to pass since the failover", func() bool { return time.Since(killed) > ttl+time.Second })
 	for i, c := range []*lockcluster.Client{holder, waiter, other} {
 		if c.SessionID() != sessions[i] {
 			t.Errorf("client %d's session %d ended; it is now on session %d", i, sessions[i], c.SessionID())
@@ -137,13 +138,13 @@ func TestGracefulLeaderShutdown(t *testing.T) {
 		}
 	}()
 	leader := pc.leader(5 * time.Second)
-	waitFor(t, 30*time.Second, "the loop to run", func() bool { return ops.Load() >= 5 })
+	testutil.Eventually(t, 30*time.Second, "the loop to run", func() bool { return ops.Load() >= 5 })
 	pc.terminate(leader)
 	next := pc.leader(30 * time.Second)
 	// The loop goes on under the new leader: operations that began after
 	// it was elected complete.
 	after := ops.Load() + 1
-	waitFor(t, 30*time.Second, "the loop to go on under the new leader", func() bool { return ops.Load() >= after+20 })
+	testutil.Eventually(t, 30*time.Second, "the loop to go on under the new leader", func() bool { return ops.Load() >= after+20 })
 	close(stop)
 	r := <-done
 	t.Logf("%d operations, slowest %s; node %d led, then node %d", ops.Load(), r.slowest.Round(time.Millisecond), leader, next)
@@ -176,7 +177,7 @@ func TestPausedEndpointIsLeftBehind(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pc.Resume(paused)
-	waitFor(t, 5*time.Second, "the node to stop", func() bool {
+	testutil.Eventually(t, 5*time.Second, "the node to stop", func() bool {
 		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pc.PID(paused)))
 		f := strings.Fields(string(b))
 		return len(f) > 2 && f[2] == "T"

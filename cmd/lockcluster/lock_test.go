@@ -99,7 +99,7 @@ func TestLockCommand(t *testing.T) {
 		}
 		done := make(chan error, 1)
 		go func() { done <- cmd.Wait() }()
-		waitFor(t, 10*time.Second, "the command to start", func() bool { return strings.Contains(out.String(), "started") })
+		testutil.Eventually(t, 10*time.Second, "the command to start", func() bool { return strings.Contains(out.String(), "started") })
 		if err := c.Request(ctx, "victim", lockcluster.Options{Steal: true}, func(context.Context, *lockcluster.Lock) error { return nil }); err != nil {
 			t.Fatal(err)
 		}

@@ -84,7 +84,7 @@ func TestLockProcessGroup(t *testing.T) {
 	}
 	pids := func(out *testutil.Buffer) (sh, child int) {
 		t.Helper()
-		waitFor(t, 15*time.Second, "the command to start", func() bool {
+		testutil.Eventually(t, 15*time.Second, "the command to start", func() bool {
 			sh, child = pidIn(out.String(), "sh"), pidIn(out.String(), "child")
 			return sh != 0 && child != 0
 		})
@@ -92,7 +92,7 @@ func TestLockProcessGroup(t *testing.T) {
 	}
 	gone := func(what string, pid int) {
 		t.Helper()
-		waitFor(t, 15*time.Second, what+" (pid "+strconv.Itoa(pid)+") to be gone", func() bool { return !alive(pid) })
+		testutil.Eventually(t, 15*time.Second, what+" (pid "+strconv.Itoa(pid)+") to be gone", func() bool { return !alive(pid) })
 	}
 
 	t.Run("a lost lock stops the background job too", func(t *testing.T) {
@@ -142,7 +142,7 @@ inner=$!
 trap 'echo outer-QUIT; kill $inner; exit 3' QUIT
 while :; do wait; done`
 		done, cli, out, errb := startLock(t, pc, "grp-sig", "--", "sh", "-c", script)
-		waitFor(t, 15*time.Second, "the command to start", func() bool { return strings.Contains(out.String(), "ready") })
+		testutil.Eventually(t, 15*time.Second, "the command to start", func() bool { return strings.Contains(out.String(), "ready") })
 		for _, s := range []struct {
 			sig  syscall.Signal
 			want []string
@@ -153,7 +153,7 @@ while :; do wait; done`
 			{syscall.SIGHUP, []string{"outer-HUP", "inner-HUP"}},
 		} {
 			syscall.Kill(cli, s.sig)
-			waitFor(t, 10*time.Second, fmt.Sprintf("%s to reach the group (%v)", s.sig, s.want), func() bool {
+			testutil.Eventually(t, 10*time.Second, fmt.Sprintf("%s to reach the group (%v)", s.sig, s.want), func() bool {
 				for _, w := range s.want {
 					if !strings.Contains(out.String(), w) {
 						return false

@@ -6,13 +6,15 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/lockcluster/lockcluster/internal/testutil"
 )
 
 func TestServeLogFormat(t *testing.T) {
 	pc := startProcsWith(t, 1, func(string) []string { return []string{"--log-format", "json", "--log-level", "debug"} }, nil)
 	p := pc.Nodes[0]
 	var lines []string
-	waitFor(t, 10*time.Second, "the node's start in its log", func() bool {
+	testutil.Eventually(t, 10*time.Second, "the node's start in its log", func() bool {
 		b, _ := os.ReadFile(p.Log)
 		lines = strings.Split(strings.TrimSpace(string(b)), "\n")
 		return strings.Contains(string(b), `"serving"`)

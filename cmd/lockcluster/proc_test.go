@@ -13,6 +13,7 @@ import (
 
 	"github.com/lockcluster/lockcluster"
 	"github.com/lockcluster/lockcluster/internal/proccluster"
+	"github.com/lockcluster/lockcluster/internal/testutil"
 )
 
 // These tests run the real binary: a cluster of 'lockcluster serve'
@@ -159,18 +160,6 @@ func (pc *procCluster) leader(d time.Duration) int {
 	return i
 }
 
-// waitFor polls cond until it holds or d passes.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func dialT(t *testing.T, addrs []string, opts ...lockcluster.Option) *lockcluster.Client {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -196,7 +185,7 @@ func (pc *procCluster) directoryComplete(d time.Duration) {
 		pc.t.Fatal(err)
 	}
 	defer a.Close()
-	waitFor(pc.t, d, "the member directory", func() bool {
+	testutil.Eventually(pc.t, d, "the member directory", func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		ms, err := a.Members(ctx)

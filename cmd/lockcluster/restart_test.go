@@ -12,6 +12,7 @@ import (
 
 	"github.com/lockcluster/lockcluster"
 	pb "github.com/lockcluster/lockcluster/api/lockclusterv1"
+	"github.com/lockcluster/lockcluster/internal/testutil"
 )
 
 // A whole-cluster restart keeps held locks, queues and sessions.
@@ -32,7 +33,7 @@ func TestWholeClusterRestartKeepsState(t *testing.T) {
 		}
 		granted <- l
 	}()
-	waitFor(t, 10*time.Second, "b to queue", func() bool {
+	testutil.Eventually(t, 10*time.Second, "b to queue", func() bool {
 		q, err := a.Query(ctx)
 		return err == nil && len(q.Pending) == 2
 	})
@@ -102,7 +103,7 @@ func TestRetryAcrossFailoverNeverQueuesTwice(t *testing.T) {
 	}
 	pc.kill(leader)
 	var r2 *pb.LockResponse
-	waitFor(t, 10*time.Second, "the retry to be answered by the new leader", func() bool {
+	testutil.Eventually(t, 10*time.Second, "the retry to be answered by the new leader", func() bool {
 		r2, err = second.Request(ctx, req)
 		return err == nil
 	})

@@ -18,6 +18,7 @@ import (
 	"github.com/lockcluster/lockcluster"
 	"github.com/lockcluster/lockcluster/fsm"
 	"github.com/lockcluster/lockcluster/internal/proccluster"
+	"github.com/lockcluster/lockcluster/internal/testutil"
 )
 
 // queryJSON is 'lockcluster query -o json' against pc.
@@ -91,7 +92,7 @@ func TestSnapshotSaveRestoreRoundTrip(t *testing.T) {
 	wctx, wcancel := context.WithCancel(ctx)
 	defer wcancel()
 	go w.Acquire(wctx, "x", lockcluster.Options{})
-	waitFor(t, 10*time.Second, "the waiter to queue", func() bool {
+	testutil.Eventually(t, 10*time.Second, "the waiter to queue", func() bool {
 		q, err := a.Query(ctx)
 		return err == nil && len(q.Pending) == 1
 	})
@@ -166,7 +167,7 @@ func TestSnapshotSaveRestoreRoundTrip(t *testing.T) {
 	if err := rc.CaughtUp(ctx, 20*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "node1 to hold the restored state", func() bool {
+	testutil.Eventually(t, 10*time.Second, "node1 to hold the restored state", func() bool {
 		st := statusOf(t, rc.Nodes[1].GRPC)
 		return st.Held == 4 && st.Pending == 1
 	})
@@ -189,7 +190,7 @@ func statusOf(t *testing.T, addr string) lockcluster.Status {
 func leaderStatus(t *testing.T, addrs []string) lockcluster.Status {
 	t.Helper()
 	var st lockcluster.Status
-	waitFor(t, 10*time.Second, "a leader's status", func() bool {
+	testutil.Eventually(t, 10*time.Second, "a leader's status", func() bool {
 		for _, a := range addrs {
 			if st = statusOf(t, a); st.State == "Leader" {
 				return true

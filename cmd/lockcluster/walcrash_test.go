@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/lockcluster/lockcluster"
+	"github.com/lockcluster/lockcluster/internal/testutil"
 )
 
 // The log store's crash path (raft-wal): a leader SIGKILLed under a
@@ -54,13 +55,13 @@ func TestKillLeaderUnderLoadThenWholeCluster(t *testing.T) {
 	for round := range 3 {
 		leader := pc.leader(15 * time.Second)
 		before := progress()
-		waitFor(t, 30*time.Second, "the load to run", func() bool { return progress() >= before+20 })
+		testutil.Eventually(t, 30*time.Second, "the load to run", func() bool { return progress() >= before+20 })
 		pc.kill(leader)
-		waitFor(t, 30*time.Second, fmt.Sprintf("round %d: a new leader and progress without node %d", round, leader), func() bool {
+		testutil.Eventually(t, 30*time.Second, fmt.Sprintf("round %d: a new leader and progress without node %d", round, leader), func() bool {
 			return progress() >= before+40
 		})
 		pc.start(leader)
-		waitFor(t, 30*time.Second, fmt.Sprintf("round %d: node %d back", round, leader), func() bool {
+		testutil.Eventually(t, 30*time.Second, fmt.Sprintf("round %d: node %d back", round, leader), func() bool {
 			a, err := lockcluster.DialAdmin(pc.addrs())
 			if err != nil {
 				return false
