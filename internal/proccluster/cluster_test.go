@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/lockcluster/lockcluster/internal/testutil"
 )
 
 // fakeServe is a stand-in for the lockcluster binary: it prints its
@@ -20,19 +22,6 @@ func fakeServe(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return bin
-}
-
-// waitUntil polls cond until it holds, failing t after a generous bound
-// that only stops a test that hangs.
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("gave up waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 func procState(pid int) string {
@@ -66,7 +55,7 @@ func TestClusterProcesses(t *testing.T) {
 		return strings.Count(string(b), what)
 	}
 	n0 := c.Nodes[0]
-	waitUntil(t, "node0's arguments in its log", func() bool { return logged(0, "args: serve --id node0") == 1 })
+	testutil.Eventually(t, 30*time.Second, "node0's arguments in its log", func() bool { return logged(0, "args: serve --id node0") == 1 })
 	if b, _ := os.ReadFile(n0.Log); !strings.Contains(string(b), "--bootstrap node0="+n0.Raft+",node1=") ||
 		!strings.Contains(string(b), "--extra "+c.Nodes[1].Raft) || !strings.Contains(string(b), "=== test: starting node0") {
 		t.Fatalf("node0's log:\n%s", b)
@@ -85,11 +74,11 @@ func TestClusterProcesses(t *testing.T) {
 	if err := c.Pause(1); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "node1 to stop", func() bool { return procState(c.PID(1)) == "T" })
+	testutil.Eventually(t, 30*time.Second, "node1 to stop", func() bool { return procState(c.PID(1)) == "T" })
 	if err := c.Resume(1); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "node1 to run again", func() bool { return procState(c.PID(1)) != "T" })
+	testutil.Eventually(t, 30*time.Second, "node1 to run again", func() bool { return procState(c.PID(1)) != "T" })
 
 	// Kill, then start again on the same directory: the log grows.
 	if err := c.Kill(0); err != nil {
@@ -104,11 +93,11 @@ func TestClusterProcesses(t *testing.T) {
 	if err := c.Start(0); err == nil {
 		t.Fatal("a running node was started twice")
 	}
-	waitUntil(t, "node0's second start in its log", func() bool { return logged(0, "args: serve") == 2 })
+	testutil.Eventually(t, 30*time.Second, "node0's second start in its log", func() bool { return logged(0, "args: serve") == 2 })
 
 	// A node that dies by itself is an unexpected exit.
 	syscall.Kill(c.PID(2), syscall.SIGKILL)
-	waitUntil(t, "node2 to be gone", func() bool { return !c.Running(2) })
+	testutil.Eventually(t, 30*time.Second, "node2 to be gone", func() bool { return !c.Running(2) })
 	if c.ProcessState(2) == nil {
 		t.Fatal("no process state for node2")
 	}
@@ -121,10 +110,10 @@ func TestClusterProcesses(t *testing.T) {
 			t.Fatalf("node%d not running after RestartAll", i)
 		}
 	}
-	waitUntil(t, "node1 to say it was terminated", func() bool { return logged(1, "terminated") == 1 })
+	testutil.Eventually(t, 30*time.Second, "node1 to say it was terminated", func() bool { return logged(1, "terminated") == 1 })
 	dir := c.Dir
 	c.Stop()
-	waitUntil(t, "every exit to be reported", func() bool {
+	testutil.Eventually(t, 30*time.Second, "every exit to be reported", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(exits["node0"]) == 3 && len(exits["node1"]) == 2 && len(exits["node2"]) == 2
