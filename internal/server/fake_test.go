@@ -18,6 +18,7 @@ import (
 
 	pb "github.com/lockcluster/lockcluster/api/lockclusterv1"
 	"github.com/lockcluster/lockcluster/fsm"
+	"github.com/lockcluster/lockcluster/internal/testutil"
 	"github.com/lockcluster/lockcluster/raftnode"
 )
 
@@ -453,15 +454,9 @@ func (fc *fakeCluster) waitDirectory() {
 	})
 }
 
-// eventually polls cond until it holds, failing the test after a deadline
-// that only stops a hung test.
+// eventually is testutil.Eventually with a deadline that only stops a hung
+// test: what the fake cluster waits for needs no bound of its own.
 func eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("never: %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testutil.Eventually(t, 20*time.Second, what, cond)
 }
