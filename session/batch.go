@@ -8,9 +8,19 @@ import (
 	"time"
 )
 
-// forwardTimeout bounds one forwarded batch: a leader that does not answer
-// in time renewed nothing, and the heartbeats it carried go unacknowledged.
-const forwardTimeout = 2 * time.Second
+// touchForwardTimeout bounds one forwarded batch of heartbeats (the
+// follower's Cluster.Touch call) and the leader's wait, in Renew, for the
+// confirmation of its leadership: a leader that does not answer in time
+// renewed nothing, and the heartbeats the batch carried go unacknowledged.
+//
+// It is shorter than internal/server's rpcForwardTimeout (5 s, one
+// forwarded client call), and a different bound: a renewal writes nothing
+// to the log (the leader's work is in memory plus one VerifyLeader round),
+// and an acknowledgement is worth having only while the client still
+// waits for it: it moves to another node after TTL/3 without one (3.3 s at
+// the default 10 s TTL). A forwarded write, by contrast, waits for a
+// quorum's disks and is retried by the client with the same request id.
+const touchForwardTimeout = 2 * time.Second
 
 // batcher gathers the heartbeats a follower receives for one Flush and
 // forwards them to the leader in one call, so that 100,000 idle sessions
@@ -93,7 +103,7 @@ func (b *batcher) run(ctx context.Context) {
 }
 
 func (b *batcher) send(ctx context.Context, ids []uint64) ([]uint64, error) {
-	ctx, cancel := context.WithTimeout(ctx, forwardTimeout)
+	ctx, cancel := context.WithTimeout(ctx, touchForwardTimeout)
 	defer cancel()
 	unknown, err := b.fwd.Touch(ctx, ids)
 	if err != nil {

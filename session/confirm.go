@@ -21,7 +21,7 @@ const confirmTimeout = 2 * time.Second
 // (Flush): with 100,000 idle sessions the leader runs a few confirmations
 // per tick, not one per heartbeat, and an idle leader starts one at once.
 type confirmer struct {
-	rep   Replica
+	log   Log
 	every time.Duration
 	mu    sync.Mutex
 	next  *round // the round the renewals made since the last start wait for
@@ -37,8 +37,8 @@ type round struct {
 	then []func(error) // guarded by confirmer.mu until the round starts
 }
 
-func newConfirmer(rep Replica, every time.Duration) *confirmer {
-	return &confirmer{rep: rep, every: every, kick: make(chan struct{}, 1)}
+func newConfirmer(log Log, every time.Duration) *confirmer {
+	return &confirmer{log: log, every: every, kick: make(chan struct{}, 1)}
 }
 
 // wait returns nil once a confirmation that started after the call has
@@ -117,7 +117,7 @@ func (c *confirmer) run(ctx context.Context) {
 		}
 		last = time.Now()
 		cctx, cancel := context.WithTimeout(ctx, confirmTimeout)
-		if err := c.rep.Confirm(cctx); err != nil {
+		if err := c.log.Confirm(cctx); err != nil {
 			r.err = fmt.Errorf("%w: leadership not confirmed: %v", ErrNotLeading, err)
 		}
 		cancel()

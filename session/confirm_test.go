@@ -22,9 +22,9 @@ type answer struct {
 }
 
 // leader starts a Liveness that leads sessions 1 to n (TTL 1s).
-func leader(t *testing.T, n int) (*rig, *fakeReplica) {
+func leader(t *testing.T, n int) (*rig, *fakeLog) {
 	t.Helper()
-	rep := &fakeReplica{}
+	rep := &fakeLog{}
 	for i := 1; i <= n; i++ {
 		rep.sessions = append(rep.sessions, Info{ID: uint64(i), TTL: time.Second})
 	}
@@ -36,14 +36,14 @@ func leader(t *testing.T, n int) (*rig, *fakeReplica) {
 }
 
 // hold makes every confirmation wait for a value on the returned channel.
-func (r *fakeReplica) hold() chan struct{} {
+func (r *fakeLog) hold() chan struct{} {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.release = make(chan struct{})
 	return r.release
 }
 
-func (r *fakeReplica) failConfirm(err error) {
+func (r *fakeLog) failConfirm(err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.confirmErr = err
@@ -166,18 +166,18 @@ func TestFailedConfirmationAcksNothing(t *testing.T) {
 		if _, err := r.l.Renew(context.Background(), 1); !errors.Is(err, ErrNotLeading) {
 			t.Fatalf("renew with a confirmation that never answers: %v", err)
 		}
-		if waited := time.Since(begin); waited > forwardTimeout {
-			t.Fatalf("renew waited %s for a confirmation, more than the follower's %s", waited, forwardTimeout)
+		if waited := time.Since(begin); waited > touchForwardTimeout {
+			t.Fatalf("renew waited %s for a confirmation, more than the follower's %s", waited, touchForwardTimeout)
 		}
 		// A forwarded call the follower gave up on is not waited for.
-		ctx, cancel := context.WithTimeout(context.Background(), forwardTimeout/10)
+		ctx, cancel := context.WithTimeout(context.Background(), touchForwardTimeout/10)
 		defer cancel()
 		begin = time.Now()
 		if _, err := r.l.Renew(ctx, 1); !errors.Is(err, ErrNotLeading) {
 			t.Fatalf("renew whose call ends first: %v", err)
 		}
-		if waited := time.Since(begin); waited != forwardTimeout/10 {
-			t.Fatalf("renew waited %s after its call's context ended at %s", waited, forwardTimeout/10)
+		if waited := time.Since(begin); waited != touchForwardTimeout/10 {
+			t.Fatalf("renew waited %s after its call's context ended at %s", waited, touchForwardTimeout/10)
 		}
 	})
 }
@@ -265,8 +265,8 @@ func TestConfirmationsAreShared(t *testing.T) {
 // hang, and a confirmation asked for later fails at once.
 func TestRunEndingFailsWaitingConfirmations(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		rep := &fakeReplica{sessions: []Info{{ID: 1, TTL: time.Second}}}
-		l := New(Config{Expirer: &recorder{}, Replica: rep, Forwarder: &fakeForwarder{}})
+		rep := &fakeLog{sessions: []Info{{ID: 1, TTL: time.Second}}}
+		l := New(Config{Expirer: &recorder{}, Log: rep, Forwarder: &fakeForwarder{}})
 		ctx, cancel := context.WithCancel(t.Context())
 		done := make(chan struct{})
 		go func() { l.Run(ctx); close(done) }()

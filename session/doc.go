@@ -10,7 +10,7 @@
 // nothing.
 //
 // Liveness is the one entry point. It reaches the rest of the node through
-// the small interfaces it defines (Expirer, Replica, Forwarder), which
+// the small interfaces it defines (Expirer, Log, Forwarder), which
 // internal/server implements over the log and gRPC. DESIGN.md gives the
 // timeline: how the client's jeopardy deadline and the leader's expiry
 // relate, and what happens on a change of leader.

@@ -19,9 +19,10 @@ type Expirer interface {
 	Expire(ctx context.Context, session uint64) error
 }
 
-// Replica is this node's copy of the log, as a new leader's re-arm and its
-// acknowledgements need it.
-type Replica interface {
+// Log is this node's copy of the replicated log, as a new leader's re-arm
+// and its acknowledgements need it: a read barrier, a confirmation of its
+// leadership, and the sessions the applied state holds.
+type Log interface {
 	// Barrier returns nil once this node, confirmed leader after the call
 	// started, has applied every entry committed before it.
 	Barrier(ctx context.Context) error
@@ -50,7 +51,7 @@ type Info struct {
 // Config configures a Liveness.
 type Config struct {
 	Expirer   Expirer
-	Replica   Replica
+	Log       Log
 	Forwarder Forwarder
 	// Tick is the resolution of deadlines (default 50ms): a session expires
 	// between its deadline and one tick later.
@@ -85,7 +86,7 @@ type Liveness struct {
 func New(cfg Config) *Liveness {
 	cfg = cfg.withDefaults()
 	return &Liveness{cfg: cfg, t: newDeadlines(cfg), batch: newBatcher(cfg.Forwarder, cfg.Flush),
-		conf: newConfirmer(cfg.Replica, cfg.Flush)}
+		conf: newConfirmer(cfg.Log, cfg.Flush)}
 }
 
 func (cfg Config) withDefaults() Config {
@@ -140,7 +141,7 @@ func (l *Liveness) Lead(ctx context.Context) error {
 func (l *Liveness) rearm(ctx context.Context, epoch uint64) error {
 	for {
 		bctx, cancel := context.WithTimeout(ctx, barrierTimeout)
-		err := l.cfg.Replica.Barrier(bctx)
+		err := l.cfg.Log.Barrier(bctx)
 		cancel()
 		if err == nil {
 			break
@@ -156,7 +157,7 @@ func (l *Liveness) rearm(ctx context.Context, epoch uint64) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	infos := l.cfg.Replica.Sessions()
+	infos := l.cfg.Log.Sessions()
 	for i := range infos {
 		infos[i].TTL = Expiry(infos[i].TTL)
 	}
@@ -242,7 +243,7 @@ func (l *Liveness) Renew(ctx context.Context, ids ...uint64) (unknown []uint64, 
 	if st != leading {
 		return nil, ErrNotLeading
 	}
-	ctx, cancel := context.WithTimeout(ctx, forwardTimeout)
+	ctx, cancel := context.WithTimeout(ctx, touchForwardTimeout)
 	defer cancel()
 	if err := l.confirmed(ctx, epoch); err != nil {
 		if !errors.Is(err, ErrNotLeading) {

@@ -14,10 +14,10 @@ import (
 // bubble: time is virtual and moves only when every goroutine of the
 // bubble waits, so a sleep of the test goroutine is an exact step.
 
-// fakeReplica's barrier fails its first fail calls, then waits for gate
+// fakeLog's barrier fails its first fail calls, then waits for gate
 // (when set) and succeeds. Its confirmations count themselves, wait for a
 // value on release (when set) and fail with confirmErr (when set).
-type fakeReplica struct {
+type fakeLog struct {
 	mu         sync.Mutex
 	fail       int
 	gate       chan struct{}
@@ -29,7 +29,7 @@ type fakeReplica struct {
 	confirmErr error
 }
 
-func (r *fakeReplica) Confirm(ctx context.Context) error {
+func (r *fakeLog) Confirm(ctx context.Context) error {
 	r.mu.Lock()
 	r.confirms++
 	release := r.release
@@ -46,13 +46,13 @@ func (r *fakeReplica) Confirm(ctx context.Context) error {
 	return r.confirmErr
 }
 
-func (r *fakeReplica) confirmations() int {
+func (r *fakeLog) confirmations() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.confirms
 }
 
-func (r *fakeReplica) Barrier(ctx context.Context) error {
+func (r *fakeLog) Barrier(ctx context.Context) error {
 	r.mu.Lock()
 	r.barriers++
 	failing := r.fail > 0
@@ -74,14 +74,14 @@ func (r *fakeReplica) Barrier(ctx context.Context) error {
 	return nil
 }
 
-func (r *fakeReplica) Sessions() []Info {
+func (r *fakeLog) Sessions() []Info {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.reads++
 	return slices.Clone(r.sessions)
 }
 
-func (r *fakeReplica) counts() (barriers, reads int) {
+func (r *fakeLog) counts() (barriers, reads int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.barriers, r.reads
@@ -122,15 +122,15 @@ func (f *fakeForwarder) batches() [][]uint64 {
 
 type rig struct {
 	l   *Liveness
-	rep *fakeReplica
+	rep *fakeLog
 	fwd *fakeForwarder
 	rec *recorder
 }
 
 // start runs a Liveness on fakes until the test ends.
-func start(t *testing.T, rep *fakeReplica) *rig {
+func start(t *testing.T, rep *fakeLog) *rig {
 	r := &rig{rep: rep, fwd: &fakeForwarder{}, rec: &recorder{}}
-	r.l = New(Config{Expirer: r.rec, Replica: rep, Forwarder: r.fwd, Tick: 10 * time.Millisecond, Flush: 20 * time.Millisecond})
+	r.l = New(Config{Expirer: r.rec, Log: rep, Forwarder: r.fwd, Tick: 10 * time.Millisecond, Flush: 20 * time.Millisecond})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { r.l.Run(ctx); close(done) }()
@@ -156,7 +156,7 @@ func TestExpiryIsTTLPlusGrace(t *testing.T) {
 // as ended to each of its heartbeats, the others as renewed.
 func TestFollowerBatchesHeartbeats(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		r := start(t, &fakeReplica{})
+		r := start(t, &fakeLog{})
 		r.fwd.unknown = []uint64{7}
 		begin := time.Now()
 		const n = 100
@@ -192,7 +192,7 @@ func TestFollowerBatchesHeartbeats(t *testing.T) {
 // A follower that reaches no leader renews nothing: ErrNotLeading.
 func TestFollowerWithoutLeaderSaysNotLeading(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		r := start(t, &fakeReplica{})
+		r := start(t, &fakeLog{})
 		r.fwd.err = errors.New("no leader known")
 		known, err := r.l.Heartbeat(t.Context(), 1)
 		if !errors.Is(err, ErrNotLeading) || known {
@@ -208,7 +208,7 @@ func TestFollowerWithoutLeaderSaysNotLeading(t *testing.T) {
 // sessions it does not know.
 func TestLeaderRenewsAndReportsUnknown(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		r := start(t, &fakeReplica{sessions: []Info{{ID: 1, TTL: time.Second}, {ID: 2, TTL: time.Second}}})
+		r := start(t, &fakeLog{sessions: []Info{{ID: 1, TTL: time.Second}, {ID: 2, TTL: time.Second}}})
 		if err := r.l.Lead(t.Context()); err != nil {
 			t.Fatal(err)
 		}
@@ -232,7 +232,7 @@ func TestLeaderRenewsAndReportsUnknown(t *testing.T) {
 // re-arm gives each session a full Expiry(TTL) from then.
 func TestLeadRearmsOnlyAfterTheBarrier(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		r := start(t, &fakeReplica{fail: 2, sessions: []Info{{ID: 1, TTL: time.Second}}})
+		r := start(t, &fakeLog{fail: 2, sessions: []Info{{ID: 1, TTL: time.Second}}})
 		done := make(chan error, 1)
 		go func() { done <- r.l.Lead(t.Context()) }()
 		synctest.Wait() // the first barrier failed; Lead waits to retry
@@ -272,7 +272,7 @@ func TestLeadRearmsOnlyAfterTheBarrier(t *testing.T) {
 // go to the leader.
 func TestFollowStopsExpiries(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		r := start(t, &fakeReplica{sessions: []Info{{ID: 1, TTL: 100 * time.Millisecond}}})
+		r := start(t, &fakeLog{sessions: []Info{{ID: 1, TTL: 100 * time.Millisecond}}})
 		if err := r.l.Lead(t.Context()); err != nil {
 			t.Fatal(err)
 		}
@@ -296,7 +296,7 @@ func TestFollowStopsExpiries(t *testing.T) {
 // Follow comes first, nor when the term's context ends.
 func TestTermEndingDuringTheBarrierArmsNothing(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		rep := &fakeReplica{gate: make(chan struct{}), sessions: []Info{{ID: 1, TTL: 100 * time.Millisecond}}}
+		rep := &fakeLog{gate: make(chan struct{}), sessions: []Info{{ID: 1, TTL: 100 * time.Millisecond}}}
 		r := start(t, rep)
 		done := make(chan error, 1)
 		go func() { done <- r.l.Lead(t.Context()) }()
@@ -337,7 +337,7 @@ func TestTermEndingDuringTheBarrierArmsNothing(t *testing.T) {
 // the snapshot read after the barrier has them.
 func TestSessionsChangingDuringTheRearm(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		rep := &fakeReplica{gate: make(chan struct{}), sessions: []Info{{ID: 2, TTL: time.Second}, {ID: 3, TTL: time.Second}}}
+		rep := &fakeLog{gate: make(chan struct{}), sessions: []Info{{ID: 2, TTL: time.Second}, {ID: 3, TTL: time.Second}}}
 		r := start(t, rep)
 		done := make(chan error, 1)
 		go func() { done <- r.l.Lead(t.Context()) }()
@@ -357,7 +357,7 @@ func TestSessionsChangingDuringTheRearm(t *testing.T) {
 // When Run ends, heartbeats waiting for a batch fail rather than hang.
 func TestRunEndingFailsWaitingHeartbeats(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		l := New(Config{Expirer: &recorder{}, Replica: &fakeReplica{}, Forwarder: &fakeForwarder{}, Flush: time.Hour})
+		l := New(Config{Expirer: &recorder{}, Log: &fakeLog{}, Forwarder: &fakeForwarder{}, Flush: time.Hour})
 		ctx, cancel := context.WithCancel(t.Context())
 		done := make(chan struct{})
 		go func() { l.Run(ctx); close(done) }()

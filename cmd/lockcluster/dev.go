@@ -14,8 +14,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/lockcluster/lockcluster"
+	"github.com/lockcluster/lockcluster/internal/pki"
 	"github.com/lockcluster/lockcluster/internal/proccluster"
-	"github.com/lockcluster/lockcluster/internal/secure"
 )
 
 func newDev() *cobra.Command {
@@ -62,14 +62,14 @@ func runDev(dataDir, host string, n, base int, useTLS bool) error {
 	if err != nil {
 		return err
 	}
-	var tlsFiles secure.Files
+	var tlsFiles lockcluster.TLSFiles
 	var admin []lockcluster.Option
 	tlsDir := filepath.Join(dataDir, "tls")
 	if useTLS {
 		if tlsFiles, err = devCerts(tlsDir, host, n); err != nil {
 			return err
 		}
-		cfg, err := tlsFiles.Client()
+		cfg, err := tlsFiles.Config()
 		if err != nil {
 			return err
 		}
@@ -178,18 +178,18 @@ func devLeader(c *proccluster.Cluster, sig <-chan os.Signal) (int, error) {
 
 // devCerts creates a CA, a certificate per node and one for clients in dir.
 // It returns the CA and the client's files.
-func devCerts(dir, host string, nodes int) (secure.Files, error) {
-	if err := secure.CreateCA(dir, "lockcluster dev CA", 30*24*time.Hour); err != nil {
-		return secure.Files{}, err
+func devCerts(dir, host string, nodes int) (lockcluster.TLSFiles, error) {
+	if err := pki.CreateCA(dir, "lockcluster dev CA", 30*24*time.Hour); err != nil {
+		return lockcluster.TLSFiles{}, err
 	}
 	hosts := []string{host, "127.0.0.1", "localhost"}
 	for i := range nodes {
-		if err := secure.CreateCert(secure.CertRequest{CADir: dir, OutDir: dir, Name: proccluster.NodeID(i), Hosts: hosts, Validity: 30 * 24 * time.Hour}); err != nil {
-			return secure.Files{}, err
+		if err := pki.CreateCert(pki.CertRequest{CADir: dir, OutDir: dir, Name: proccluster.NodeID(i), Hosts: hosts, Validity: 30 * 24 * time.Hour}); err != nil {
+			return lockcluster.TLSFiles{}, err
 		}
 	}
-	if err := secure.CreateCert(secure.CertRequest{CADir: dir, OutDir: dir, Name: "client", Validity: 30 * 24 * time.Hour}); err != nil {
-		return secure.Files{}, err
+	if err := pki.CreateCert(pki.CertRequest{CADir: dir, OutDir: dir, Name: "client", Validity: 30 * 24 * time.Hour}); err != nil {
+		return lockcluster.TLSFiles{}, err
 	}
-	return secure.Files{CA: filepath.Join(dir, "ca.crt"), Cert: filepath.Join(dir, "client.crt"), Key: filepath.Join(dir, "client.key")}, nil
+	return lockcluster.TLSFiles{CA: filepath.Join(dir, "ca.crt"), Cert: filepath.Join(dir, "client.crt"), Key: filepath.Join(dir, "client.key")}, nil
 }

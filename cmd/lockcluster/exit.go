@@ -50,7 +50,7 @@ func (g *globals) credential() string {
 // tlsHint says "the node speaks TLS" when this command connects in
 // plaintext and an endpoint completes a TLS handshake.
 func (g *globals) tlsHint() string {
-	if g.tls.Enabled() {
+	if g.usesTLS() {
 		return ""
 	}
 	for _, e := range g.endpoints() {

@@ -10,7 +10,6 @@ import (
 	"testing"
 
 	"github.com/lockcluster/lockcluster"
-	"github.com/lockcluster/lockcluster/internal/secure"
 )
 
 // Errors a user can act on: a refused credential exits 77 and says which
@@ -26,8 +25,8 @@ func TestActionableErrors(t *testing.T) {
 	}
 	config := filepath.Join(certs, "lockcluster.yaml")
 	os.WriteFile(config, []byte(fmt.Sprintf("auth:\n  admin-tokens: [%q]\n  namespaces:\n    a:\n      tokens: [%q]\n", adminToken, tokenA)), 0o600)
-	f := secure.Files{CA: filepath.Join(certs, "ca.crt"), Cert: filepath.Join(certs, "node0.crt"), Key: filepath.Join(certs, "node0.key")}
-	cfg, err := secure.Files{CA: f.CA}.Client()
+	f := lockcluster.TLSFiles{CA: filepath.Join(certs, "ca.crt"), Cert: filepath.Join(certs, "node0.crt"), Key: filepath.Join(certs, "node0.key")}
+	cfg, err := lockcluster.TLSFiles{CA: f.CA}.Config()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/lockcluster/lockcluster"
-	"github.com/lockcluster/lockcluster/internal/secure"
 )
 
 // Exit statuses besides a child's own (lock) and 0.
@@ -40,7 +39,7 @@ type globals struct {
 	output    string
 	timeout   time.Duration
 	token     string
-	tls       secure.Files
+	tls       lockcluster.TLSFiles
 }
 
 func envOr(key, def string) string {
@@ -83,6 +82,10 @@ lock with 'lockcluster lock NAME -- CMD'.`,
 	return root
 }
 
+// usesTLS reports whether any TLS file is given: the command then
+// connects over TLS.
+func (g *globals) usesTLS() bool { return g.tls != (lockcluster.TLSFiles{}) }
+
 func (g *globals) endpoints() []string { return strings.Split(g.addr, ",") }
 
 func (g *globals) checkOutput() error {
@@ -107,8 +110,8 @@ func (g *globals) options() ([]lockcluster.Option, error) {
 		}
 	}
 	var opts []lockcluster.Option
-	if g.tls.Enabled() {
-		cfg, err := g.tls.Client()
+	if g.usesTLS() {
+		cfg, err := g.tls.Config()
 		if err != nil {
 			return nil, &exitError{code: exitUsage, msg: err.Error()}
 		}

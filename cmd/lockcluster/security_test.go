@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/lockcluster/lockcluster"
-	"github.com/lockcluster/lockcluster/internal/secure"
 )
 
 const (
@@ -49,15 +48,15 @@ func TestTLSAndNamespaceAuth(t *testing.T) {
     b:
       tokens: [%q]
 `, adminToken, tokenA, tokenB)), 0o600)
-	files := func(name string) secure.Files {
-		return secure.Files{CA: filepath.Join(certs, "ca.crt"), Cert: filepath.Join(certs, name+".crt"), Key: filepath.Join(certs, name+".key")}
+	files := func(name string) lockcluster.TLSFiles {
+		return lockcluster.TLSFiles{CA: filepath.Join(certs, "ca.crt"), Cert: filepath.Join(certs, name+".crt"), Key: filepath.Join(certs, name+".key")}
 	}
 	tlsOpt := func(name string) lockcluster.Option {
 		f := files(name)
 		if name == "" {
 			f.Cert, f.Key = "", ""
 		}
-		cfg, err := f.Client()
+		cfg, err := f.Config()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -132,7 +131,7 @@ func TestTLSAndNamespaceAuth(t *testing.T) {
 		t.Fatalf("members with the admin token: exit %d: %s", code, out)
 	}
 	// The metrics and the status page show every namespace: admin only.
-	caCfg, err := secure.Files{CA: filepath.Join(certs, "ca.crt")}.Client()
+	caCfg, err := lockcluster.TLSFiles{CA: filepath.Join(certs, "ca.crt")}.Config()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,7 +19,6 @@ import (
 	"github.com/lockcluster/lockcluster/fsm"
 	"github.com/lockcluster/lockcluster/internal/auth"
 	"github.com/lockcluster/lockcluster/internal/node"
-	"github.com/lockcluster/lockcluster/internal/secure"
 	"github.com/lockcluster/lockcluster/internal/server"
 	"github.com/lockcluster/lockcluster/internal/version"
 	"github.com/lockcluster/lockcluster/raftnode"
@@ -34,7 +33,7 @@ type serveConfig struct {
 	checkpointEvery                           time.Duration
 	logStore                                  string
 	checkpointEntries                         int64
-	tls                                       secure.Files
+	tls                                       node.TLSFiles
 	maxMessage                                int64
 	pprof                                     bool
 	memoryLimit                               string

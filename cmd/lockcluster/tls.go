@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/lockcluster/lockcluster/internal/secure"
+	"github.com/lockcluster/lockcluster/internal/pki"
 )
 
 func newTLS() *cobra.Command {
@@ -28,7 +28,7 @@ your own PKI.`,
 		Short: "Create DIR/ca.crt and DIR/ca.key",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := secure.CreateCA(dir, name, validity); err != nil {
+			if err := pki.CreateCA(dir, name, validity); err != nil {
 				return err
 			}
 			fmt.Printf("created %s and %s\n", filepath.Join(dir, "ca.crt"), filepath.Join(dir, "ca.key"))
@@ -62,7 +62,7 @@ your own PKI.`,
 			if out == "" {
 				out = caDir
 			}
-			err := secure.CreateCert(secure.CertRequest{CADir: caDir, OutDir: out, Name: args[0], Hosts: hs, Validity: certValidity})
+			err := pki.CreateCert(pki.CertRequest{CADir: caDir, OutDir: out, Name: args[0], Hosts: hs, Validity: certValidity})
 			if err != nil {
 				return err
 			}

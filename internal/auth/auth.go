@@ -23,8 +23,6 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
-
-	"github.com/lockcluster/lockcluster/internal/secure"
 )
 
 // Config is the auth section of a node's configuration file.
@@ -151,7 +149,7 @@ func CallerOf(ctx context.Context) Caller {
 	}
 	if p, ok := peer.FromContext(ctx); ok {
 		if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok {
-			c.identities = secure.Identities(&ti.State)
+			c.identities = Identities(&ti.State)
 		}
 	}
 	return c
@@ -209,6 +207,6 @@ func (a *Authorizer) HTTP(r *http.Request) bool {
 	} else if _, p, ok := r.BasicAuth(); ok && p != "" {
 		c.token, c.hasToken = sha256.Sum256([]byte(p)), true
 	}
-	c.identities = secure.Identities(r.TLS)
+	c.identities = Identities(r.TLS)
 	return a.Admin(c)
 }

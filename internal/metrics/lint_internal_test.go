@@ -15,13 +15,13 @@ import (
 	"github.com/lockcluster/lockcluster/fsm"
 )
 
-type fakeReplica struct{}
+type fakeHealth struct{}
 
-func (fakeReplica) Diverged() error                       { return nil }
-func (fakeReplica) FenceReasons() map[string]bool         { return nil }
-func (fakeReplica) ApplyLag() time.Duration               { return 0 }
-func (fakeReplica) CheckpointsVerified() uint64           { return 2 }
-func (fakeReplica) AppliedHash() (uint64, [32]byte, bool) { return 9, [32]byte{}, true }
+func (fakeHealth) Diverged() error                       { return nil }
+func (fakeHealth) FenceReasons() map[string]bool         { return nil }
+func (fakeHealth) ApplyLag() time.Duration               { return 0 }
+func (fakeHealth) CheckpointsVerified() uint64           { return 2 }
+func (fakeHealth) AppliedHash() (uint64, [32]byte, bool) { return 9, [32]byte{}, true }
 
 // Every family this package defines, each with a series (a grant, a miss,
 // an abort, a steal, an expiry, both latencies, the replica's health),
@@ -31,7 +31,7 @@ func (fakeReplica) AppliedHash() (uint64, [32]byte, bool) { return 9, [32]byte{}
 func TestEveryFamilyLints(t *testing.T) {
 	m := fsm.New()
 	h := &machine{t: t, m: m, met: New(m, WithReplica("n1"))}
-	h.met.Replica(fakeReplica{})
+	h.met.Health(fakeHealth{})
 	a, b := h.open("ns"), h.open("ns")
 	start := time.Now().Add(-time.Millisecond)
 	ap := h.apply(&fsm.Request{Session: a, Namespace: "ns", RequestID: 1, Names: []string{"x"}})

@@ -185,8 +185,9 @@ func (m *Metrics) Applied(index uint64, ap fsm.Applied) {
 	m.latency.applied(ap)
 }
 
-// Replica is what the replica metrics read from the node's Raft member.
-type Replica interface {
+// ReplicaHealth is what the replica-health gauges read of this node's
+// raft member (*raftnode.Node): its fences, apply lag and checkpoints.
+type ReplicaHealth interface {
 	Diverged() error
 	FenceReasons() map[string]bool
 	ApplyLag() time.Duration
@@ -194,13 +195,14 @@ type Replica interface {
 	AppliedHash() (index uint64, hash [32]byte, known bool)
 }
 
-// Replica registers the replica's health: lockcluster_replica_diverged (1
-// once a checkpoint showed this node's applied history differs from the
-// leader's: it then serves nothing), lockcluster_checkpoints_verified_total
-// lockcluster_applied_hash_index (the last entry in the applied-entry
-// hash chain) and lockcluster_replica_fenced{reason} (1 while that fence
-// keeps the node from serving: diverged, damaged, storage, behind).
-func (m *Metrics) Replica(r Replica) {
+// Health registers the gauges of the replica's health:
+// lockcluster_replica_diverged (1 once a checkpoint showed this node's
+// applied history differs from the leader's: it then serves nothing),
+// lockcluster_checkpoints_verified_total, lockcluster_applied_hash_index
+// (the last entry in the applied-entry hash chain) and
+// lockcluster_replica_fenced{reason} (1 while that fence keeps the node
+// from serving: diverged, damaged, storage, behind).
+func (m *Metrics) Health(r ReplicaHealth) {
 	for _, reason := range []string{"diverged", "damaged", "storage", "behind"} {
 		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name:        "lockcluster_replica_fenced",

@@ -1,7 +1,9 @@
 // Package node wires one lockcluster member together: the lock manager
 // (fsm) behind its raft adapter, the Raft member (raftnode), the gRPC
-// services (internal/server, health, reflection) and the HTTP endpoints. The
-// lockcluster binary's serve command and the multi-node tests use it.
+// services (internal/server, health, reflection), the HTTP endpoints and
+// its TLS (tls.go: the files' server and peer configurations;
+// streamlayer.go: raft over TLS). The lockcluster binary's serve command
+// and the multi-node tests use it.
 //
 // This package is implementation, not API: it makes no compatibility
 // promise, and it exports only what other lockcluster packages use. The
@@ -34,7 +36,6 @@ import (
 	"github.com/lockcluster/lockcluster/fsm/raftfsm"
 	"github.com/lockcluster/lockcluster/internal/auth"
 	"github.com/lockcluster/lockcluster/internal/metrics"
-	"github.com/lockcluster/lockcluster/internal/secure"
 	"github.com/lockcluster/lockcluster/internal/server"
 	"github.com/lockcluster/lockcluster/internal/web"
 	"github.com/lockcluster/lockcluster/raftnode"
@@ -68,7 +69,7 @@ type Config struct {
 
 	// TLS, when any file is set, secures the client API, the raft links
 	// (both ways verified against the CA) and the HTTP port.
-	TLS secure.Files
+	TLS TLSFiles
 	// Auth, when configured, requires credentials (see package auth).
 	Auth auth.Config
 	// MaxMessageBytes bounds a gRPC message (default 4 MiB).
@@ -180,7 +181,7 @@ func (n *Node) start() error {
 	opts = append(opts, grpc.ChainUnaryInterceptor(server.FenceUnary(n.raft.Unfit)),
 		grpc.ChainStreamInterceptor(server.FenceStream(n.raft.Unfit, n.raft.Fenced)))
 	n.grpc = grpc.NewServer(opts...)
-	n.metrics.Replica(n.raft)
+	n.metrics.Health(n.raft)
 	n.srv.Register(n.grpc)
 	n.health = health.NewServer()
 	healthpb.RegisterHealthServer(n.grpc, n.health)

@@ -12,7 +12,6 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/lockcluster/lockcluster/internal/auth"
-	"github.com/lockcluster/lockcluster/internal/secure"
 )
 
 // secure sets up TLS and auth: the gRPC server's credentials and
@@ -43,7 +42,7 @@ func (n *Node) secure() error {
 	if cfg.MaxMessageBytes > 0 {
 		n.serverOptions = append(n.serverOptions, grpc.MaxRecvMsgSize(cfg.MaxMessageBytes))
 	}
-	if !cfg.TLS.Enabled() {
+	if !cfg.TLS.enabled() {
 		if cfg.Server.DialOptions == nil {
 			cfg.Server.DialOptions = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
 		}
@@ -52,11 +51,7 @@ func (n *Node) secure() error {
 		}
 		return nil
 	}
-	server, err := cfg.TLS.Server()
-	if err != nil {
-		return err
-	}
-	client, err := cfg.TLS.Client()
+	server, client, err := cfg.TLS.load()
 	if err != nil {
 		return err
 	}
@@ -73,7 +68,7 @@ func (n *Node) secure() error {
 		return fmt.Errorf("tls: the raft links need the cluster's CA (--tls-ca) to verify peers")
 	}
 	raftServer.ClientAuth = tls.RequireAndVerifyClientCert
-	sl, err := secure.NewStreamLayer(cfg.RaftAddr, cfg.AdvertiseRaft, raftServer, client)
+	sl, err := newStreamLayer(cfg.RaftAddr, cfg.AdvertiseRaft, raftServer, client)
 	if err != nil {
 		return err
 	}

@@ -13,7 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	pb "github.com/lockcluster/lockcluster/api/lockclusterv1"
-	"github.com/lockcluster/lockcluster/internal/secure"
+	"github.com/lockcluster/lockcluster/internal/auth"
 )
 
 // The audit log: one structured line, on the logger named "audit", for
@@ -189,7 +189,7 @@ func callerArgs(ctx context.Context) []any {
 			addr = p.Addr.String()
 		}
 		if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok {
-			if ids = secure.Identities(&ti.State); len(ids) > 0 && cred == "none" {
+			if ids = auth.Identities(&ti.State); len(ids) > 0 && cred == "none" {
 				cred = "client certificate"
 			}
 		}

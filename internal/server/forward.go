@@ -23,8 +23,14 @@ import (
 
 const forwardedKey = "lockcluster-forwarded"
 
-// forwardTimeout bounds one forwarded call.
-const forwardTimeout = 5 * time.Second
+// rpcForwardTimeout bounds one client call forwarded to the leader (a
+// write, a linearizable read, the start of a snapshot): long enough for a
+// write to reach a quorum's disks, short enough that a caller whose leader
+// vanished retries elsewhere well before its own deadline. The heartbeats
+// a follower forwards in batches have their own, shorter bound
+// (session's touchForwardTimeout, 2 s): a renewal writes nothing to the
+// log, and its acknowledgement is of use only within the client's TTL/3.
+const rpcForwardTimeout = 5 * time.Second
 
 func isForwarded(ctx context.Context) bool {
 	md, _ := metadata.FromIncomingContext(ctx)
@@ -78,7 +84,7 @@ func forward[T any](s *Server, ctx context.Context, err error, call func(context
 	// A forwarded call gets a bounded part of the caller's time: if the
 	// leader it names is gone, the caller retries (with the same request
 	// id) rather than waiting out its whole deadline here.
-	fctx, cancel := context.WithTimeout(ctx, forwardTimeout)
+	fctx, cancel := context.WithTimeout(ctx, rpcForwardTimeout)
 	defer cancel()
 	r, ferr := call(s.forwardContext(fctx), cc)
 	if ferr != nil && ctx.Err() == nil && fctx.Err() != nil {

@@ -62,12 +62,12 @@ func (s *Server) lead(ctx context.Context) {
 	s.members.lead(ctx)
 }
 
-// sessionReplica is what session liveness reads of this node's log: for
+// sessionLog is what session liveness reads of this node's log: for
 // the re-arm, the read barrier and the applied sessions; for every batch
 // of renewals, a confirmation of leadership.
-type sessionReplica struct{ s *Server }
+type sessionLog struct{ s *Server }
 
-func (r sessionReplica) Barrier(ctx context.Context) error {
+func (r sessionLog) Barrier(ctx context.Context) error {
 	node := r.s.replica()
 	if node == nil {
 		return raftnode.ErrShutdown
@@ -80,11 +80,11 @@ func (r sessionReplica) Barrier(ctx context.Context) error {
 // what the confirmation needs (its term barrier runs once per term; its
 // wait for the FSM is short on a leader). Session liveness runs at most
 // one per Flush.
-func (r sessionReplica) Confirm(ctx context.Context) error {
+func (r sessionLog) Confirm(ctx context.Context) error {
 	return r.Barrier(ctx)
 }
 
-func (r sessionReplica) Sessions() []session.Info {
+func (r sessionLog) Sessions() []session.Info {
 	infos := r.s.m.Sessions()
 	out := make([]session.Info, len(infos))
 	for i, in := range infos {

@@ -15,6 +15,10 @@ import (
 // in-memory one that applies straight to an fsm.Machine, so the handlers,
 // the forwarding decisions, the event fan-out and the heartbeat path are
 // tested without raft, in milliseconds.
+//
+// It is the one interface named for the whole member: session liveness
+// sees a narrower view of it (session.Log, which leader.go's sessionLog
+// adapts), and the health gauges another (metrics.ReplicaHealth).
 type Replica interface {
 	// Propose appends data to the log and returns once this node has
 	// applied it, with the machine's answer in the result's Response (an

@@ -145,7 +145,7 @@ func New(cfg Config) *Server {
 	s.attaches = newAttachGate(cfg.AttachesInFlight, queue)
 	s.hub = newHub(cfg.Machine.LastIndex, cfg.StreamBacklogBytes)
 	s.peers = newPeers(cfg.DialOptions)
-	s.live = session.New(session.Config{Expirer: expirer{s}, Replica: sessionReplica{s}, Forwarder: forwarder{s},
+	s.live = session.New(session.Config{Expirer: expirer{s}, Log: sessionLog{s}, Forwarder: forwarder{s},
 		Tick: cfg.SessionTick, Flush: cfg.HeartbeatFlush, Logger: cfg.Logger.Named("session"), Now: cfg.Now})
 	s.rate = newRateLimiter[uint64](cfg.SessionRate, cfg.SessionBurst)
 	s.nsRate = newRateLimiter[string](cfg.NamespaceRate, cfg.NamespaceBurst)

@@ -73,7 +73,7 @@ func (s *Server) SaveSnapshot(req *pb.SaveSnapshotRequest, stream grpc.ServerStr
 }
 
 // relaySnapshot forwards the call to the leader and relays its stream.
-// The leader must start answering within forwardTimeout (else the caller
+// The leader must start answering within rpcForwardTimeout (else the caller
 // retries elsewhere); the transfer itself has the caller's time.
 func (s *Server) relaySnapshot(ctx context.Context, notLeader error, req *pb.SaveSnapshotRequest, stream grpc.ServerStreamingServer[pb.SnapshotChunk]) error {
 	cc, err := s.leaderConn(ctx, notLeader)
@@ -82,7 +82,7 @@ func (s *Server) relaySnapshot(ctx context.Context, notLeader error, req *pb.Sav
 	}
 	fctx, cancel := context.WithCancel(s.forwardContext(ctx))
 	defer cancel()
-	slow := time.AfterFunc(forwardTimeout, cancel)
+	slow := time.AfterFunc(rpcForwardTimeout, cancel)
 	slowLeader := func() error {
 		return withInfo(codes.Unavailable, pb.ErrorReason_NOT_LEADER, "NotLeader",
 			"the leader did not start the snapshot in time (retry)", nil)

@@ -1,4 +1,12 @@
-package secure
+// Package pki creates a private certificate authority and certificates
+// signed by it, for trying lockcluster with TLS and mutual TLS
+// ('lockcluster tls', 'lockcluster dev --tls'). It uses the standard
+// library only. For production, use your own PKI.
+//
+// This package is implementation, not API: it makes no compatibility
+// promise. The stable API is the client (package lockcluster) and the
+// wire contract (api/lockclusterv1).
+package pki
 
 import (
 	"crypto/ecdsa"

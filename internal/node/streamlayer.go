@@ -1,4 +1,4 @@
-package secure
+package node
 
 import (
 	"crypto/tls"
@@ -9,17 +9,17 @@ import (
 	"github.com/hashicorp/raft"
 )
 
-// StreamLayer is a raft.StreamLayer over TLS: raft peers accept and dial
+// streamLayer is a raft.StreamLayer over TLS: raft peers accept and dial
 // only TLS connections verified against the cluster's CA.
-type StreamLayer struct {
+type streamLayer struct {
 	net.Listener
 	advertise net.Addr
 	client    *tls.Config
 }
 
-// NewStreamLayer listens on bind with server and dials with client.
+// newStreamLayer listens on bind with server and dials with client.
 // advertise, when set, is the address other members reach this one on.
-func NewStreamLayer(bind, advertise string, server, client *tls.Config) (*StreamLayer, error) {
+func newStreamLayer(bind, advertise string, server, client *tls.Config) (*streamLayer, error) {
 	l, err := net.Listen("tcp", bind)
 	if err != nil {
 		return nil, fmt.Errorf("raft TLS listener %s: %w", bind, err)
@@ -33,14 +33,14 @@ func NewStreamLayer(bind, advertise string, server, client *tls.Config) (*Stream
 		}
 		adv = hostAddr(advertise)
 	}
-	return &StreamLayer{Listener: tls.NewListener(l, server), advertise: adv, client: client}, nil
+	return &streamLayer{Listener: tls.NewListener(l, server), advertise: adv, client: client}, nil
 }
 
 // Addr is the advertised address.
-func (s *StreamLayer) Addr() net.Addr { return s.advertise }
+func (s *streamLayer) Addr() net.Addr { return s.advertise }
 
 // Dial opens a TLS connection to a peer.
-func (s *StreamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+func (s *streamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
 	cfg := s.client.Clone()
 	if cfg.ServerName == "" {
 		host, _, err := net.SplitHostPort(string(address))
@@ -52,7 +52,7 @@ func (s *StreamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (n
 	return tls.DialWithDialer(d, "tcp", string(address), cfg)
 }
 
-var _ raft.StreamLayer = (*StreamLayer)(nil)
+var _ raft.StreamLayer = (*streamLayer)(nil)
 
 // hostAddr is an address as written (host:port).
 type hostAddr string
