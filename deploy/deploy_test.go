@@ -1,11 +1,8 @@
 package deploy
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
-	"errors"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -43,59 +40,6 @@ func checkMetrics(t *testing.T, file, text string) {
 		if !raft[n] && !strings.Contains(src.String(), `"`+n+`"`) {
 			t.Errorf("%s: metric %s is not one lockcluster exports", file, n)
 		}
-	}
-}
-
-func TestKubernetes(t *testing.T) {
-	f, err := os.Open("kubernetes/lockcluster.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	dec := yaml.NewDecoder(f)
-	kinds := map[string]int{}
-	for {
-		var doc map[string]any
-		if err := dec.Decode(&doc); errors.Is(err, io.EOF) {
-			break
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		kind, _ := doc["kind"].(string)
-		kinds[kind]++
-		if kind == "StatefulSet" {
-			b, _ := json.Marshal(doc)
-			var ss struct {
-				Spec struct {
-					Replicas    int
-					ServiceName string `json:"serviceName"`
-					Template    struct {
-						Spec struct {
-							Containers []struct {
-								LivenessProbe struct {
-									HTTPGet struct{ Path string } `json:"httpGet"`
-								} `json:"livenessProbe"`
-								ReadinessProbe struct {
-									HTTPGet struct{ Path string } `json:"httpGet"`
-								} `json:"readinessProbe"`
-								Args []string
-							}
-						}
-					}
-				}
-			}
-			if err := json.Unmarshal(b, &ss); err != nil {
-				t.Fatal(err)
-			}
-			c := ss.Spec.Template.Spec.Containers
-			if ss.Spec.Replicas != 3 || ss.Spec.ServiceName != "lockcluster" || len(c) != 1 ||
-				c[0].LivenessProbe.HTTPGet.Path != "/livez" || c[0].ReadinessProbe.HTTPGet.Path != "/readyz" || c[0].Args[0] != "serve" {
-				t.Fatalf("StatefulSet: %+v", ss.Spec)
-			}
-		}
-	}
-	if kinds["Service"] != 2 || kinds["StatefulSet"] != 1 || kinds["PodDisruptionBudget"] != 1 {
-		t.Fatalf("kinds: %v", kinds)
 	}
 }
 
@@ -163,32 +107,59 @@ func TestGrafanaDashboard(t *testing.T) {
 	checkMetrics(t, "lockcluster.json", string(b))
 }
 
-func TestSystemdUnit(t *testing.T) {
-	f, err := os.Open("systemd/lockcluster.service")
+// Each deploy file says how to use it in its first three lines: comments
+// (a JSON dashboard, which has none, in its description).
+func TestFilesSayHowToUseThem(t *testing.T) {
+	err := filepath.WalkDir(".", func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() || strings.HasSuffix(path, ".go") {
+			return err
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		if strings.HasSuffix(path, ".json") {
+			var d struct{ Description string }
+			if json.Unmarshal(b, &d) != nil || len(d.Description) < 40 {
+				t.Errorf("%s: no description that says how to use it", path)
+			}
+			return nil
+		}
+		lines := strings.SplitN(string(b), "\n", 4)
+		if len(lines) < 4 {
+			t.Errorf("%s: fewer than three lines", path)
+			return nil
+		}
+		for _, l := range lines[:3] {
+			if !strings.HasPrefix(l, "# ") {
+				t.Errorf("%s: its first three lines are not a comment that says how to use it: %q", path, l)
+				break
+			}
+		}
+		return nil
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	sections := map[string]map[string]string{}
-	var cur map[string]string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		switch {
-		case line == "" || strings.HasPrefix(line, "#"):
-		case strings.HasPrefix(line, "[") && strings.HasSuffix(line, "]"):
-			cur = map[string]string{}
-			sections[strings.Trim(line, "[]")] = cur
-		default:
-			k, v, ok := strings.Cut(line, "=")
-			if !ok || cur == nil {
-				t.Fatalf("not a key=value line in a section: %q", line)
-			}
-			cur[k] = v
+}
+
+// Every deploy/ path the README names exists.
+func TestReadmePathsExist(t *testing.T) {
+	b, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, p := range regexp.MustCompile(`\bdeploy/[A-Za-z0-9_./-]*[A-Za-z0-9_]`).FindAllString(string(b), -1) {
+		if seen[p] {
+			continue
+		}
+		seen[p] = true
+		if _, err := os.Stat(filepath.Join("..", p)); err != nil {
+			t.Errorf("the README names %s: %v", p, err)
 		}
 	}
-	if sections["Unit"] == nil || sections["Install"] == nil || !strings.HasSuffix(sections["Service"]["ExecStart"], "lockcluster serve") ||
-		sections["Service"]["KillSignal"] != "SIGTERM" {
-		t.Fatalf("unit: %v", sections)
+	if len(seen) < 5 {
+		t.Fatalf("the README names only %v under deploy/", seen)
 	}
 }

@@ -12,6 +12,13 @@ import (
 	"github.com/lockcluster/lockcluster"
 )
 
+// exitRemoved is serve's status when this node learns it was removed from
+// the cluster (lockcluster leave): restarting it on the same data
+// directory cannot help (EX_CONFIG), so a supervisor should not
+// (deploy/systemd: RestartPreventExitStatus). The other statuses are in
+// root.go.
+const exitRemoved = 78
+
 // exit maps an error from the client package to an exit status and a
 // message that says what the user can do about it.
 func (g *globals) exit(err error) error {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -28,6 +29,7 @@ type serveConfig struct {
 	id, dataDir, grpcAddr, raftAddr, httpAddr string
 	advGRPC, advRaft, advHTTP                 string
 	bootstrap, join, logLevel, raftDial       string
+	bootstrapCheck                            string // bootstrapcheck.go
 	logFormat                                 string
 	heartbeat, election, lease                time.Duration
 	checkpointEvery                           time.Duration
@@ -80,6 +82,7 @@ func (c *serveConfig) settings() []setting {
 		{key: "advertise-http", usage: "HTTP address shown to others (default: http-addr)", str: &c.advHTTP},
 		{key: "bootstrap", usage: "first voters of a NEW cluster, id=raft-host:port,... (this node among them); ignored once the data dir has state", str: &c.bootstrap},
 		{key: "join", usage: "client API address of a member to join through, for a new node", str: &c.join},
+		{key: "bootstrap-check", usage: "client API addresses of the --bootstrap voters, id=host:port,...: on an empty data directory only the first voter bootstraps, once every other one answers that it has no raft state; a node that finds one with state joins through it (a lost volume never starts a second cluster)", str: &c.bootstrapCheck},
 		{key: "heartbeat-timeout", usage: "raft: a follower that hears no leader this long starts an election", dur: &c.heartbeat},
 		{key: "election-timeout", usage: "raft: a candidate that has not won this long tries again", dur: &c.election},
 		{key: "leader-lease-timeout", usage: "raft: a leader that cannot reach a quorum this long steps down", dur: &c.lease},
@@ -137,6 +140,15 @@ A new cluster starts from --bootstrap (the same list on every first node); a new
 node joins a running cluster with --join. A node whose data directory is empty
 and that has neither starts a single-node cluster of its own. A node restarted
 on its data directory comes back with its state and ignores both.
+With --bootstrap-check (the voters' client API addresses) a node on an empty
+data directory bootstraps only if it is the first voter and no voter has raft
+state; otherwise it joins: a machine or pod that lost its volume rejoins its
+cluster instead of starting a second one.
+
+Exit status: 0 after SIGTERM or SIGINT, 2 for bad settings, 78 when this node
+was removed from the cluster (do not restart it on the same data directory),
+1 for any other failure. A fenced node (diverged, damaged, disk full) does not
+exit: it answers Status and /livez, and /readyz says 503.
 
 Every setting is a flag, a LOCKCLUSTER_* environment variable, or a key of the
 YAML file given with --config; a flag beats the environment, which beats the
@@ -256,6 +268,16 @@ func (c *serveConfig) run() error {
 	if c.join != "" {
 		cfg.Bootstrap = nil
 	}
+	if c.bootstrapCheck != "" {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		cfg.Bootstrap, cfg.Join, err = c.checkBootstrap(ctx, logger, peers)
+		stop()
+		if errors.Is(err, errStopped) {
+			return nil
+		} else if err != nil {
+			return err
+		}
+	}
 	cfg.Raft.HeartbeatTimeout, cfg.Raft.ElectionTimeout, cfg.Raft.LeaderLeaseTimeout = c.heartbeat, c.election, c.lease
 	if c.checkpointEvery <= 0 || c.checkpointEntries <= 0 {
 		return &exitError{code: exitUsage, msg: fmt.Sprintf("--checkpoint-interval=%s --checkpoint-entries=%d: both must be positive", c.checkpointEvery, c.checkpointEntries)}
@@ -291,7 +313,7 @@ func (c *serveConfig) run() error {
 	defer cancel()
 	err = n.Close(ctx)
 	if removed {
-		return &exitError{code: exitFailure, msg: "this node was removed from the cluster (lockcluster leave); clear its data directory to join it again"}
+		return &exitError{code: exitRemoved, msg: "this node was removed from the cluster (lockcluster leave); clear its data directory to join it again"}
 	}
 	return err
 }
