@@ -30,7 +30,8 @@ const module = "github.com/lockcluster/lockcluster"
 //     node-side ones in nodeSideFiles) import only the client and
 //     api/lockclusterv1 of the lockcluster packages, as a user's program
 //     would;
-//   - no production code imports a package under test/.
+//   - no production code imports a package under test/, nor
+//     internal/testutil (nodetest, which runs clusters inside tests, may).
 //
 // Only non-test files count. The imports are read from every such file of
 // every package, including the files a build tag or GOOS leaves out (go
@@ -45,10 +46,11 @@ func TestImportRules(t *testing.T) {
 }
 
 // nodeSideFiles are the files of cmd/lockcluster that run or build a node
-// (serve, dev, bench, tls, offline snapshots, version) and may import the
-// server's packages; every other file is a client command.
+// (serve and its checks at start, dev, bench, tls, offline snapshots,
+// version and man pages) and may import the server's packages; every
+// other file is a client command.
 var nodeSideFiles = map[string]bool{
-	"bench.go": true, "config.go": true, "dev.go": true, "gctune.go": true, "sample.go": true,
+	"bench.go": true, "bootstrapcheck.go": true, "config.go": true, "dev.go": true, "gctune.go": true, "man.go": true, "sample.go": true,
 	"serve.go": true, "snapshot.go": true, "tls.go": true, "version.go": true,
 }
 
@@ -68,6 +70,8 @@ func breaks(from, to, file string) string {
 		return "the client must import only api/lockclusterv1 of the lockcluster packages"
 	case to == module+"/internal/server" && from != module+"/cmd/lockcluster" && from != module+"/internal/node":
 		return "only cmd/lockcluster and internal/node may import internal/server"
+	case to == module+"/internal/testutil" && from != module+"/internal/node/nodetest":
+		return "internal/testutil is for tests (and nodetest, which runs clusters in tests)"
 	case from == module+"/cmd/lockcluster" && !nodeSideFiles[path.Base(file)] && inModule &&
 		to != module && to != module+"/api/lockclusterv1":
 		return "a client command must import only the client and api/lockclusterv1 (node-side files: nodeSideFiles)"

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/lockcluster/lockcluster/internal/testutil"
 )
 
 type fakeClock struct {
@@ -136,17 +138,6 @@ func lead(tr *deadlines, sessions []Info) {
 	}
 }
 
-func waitFor(t *testing.T, d time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met in time")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 func TestRunProposesExpiryAndRetries(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	rec := &recorder{fail: 2}
@@ -155,7 +146,7 @@ func TestRunProposesExpiryAndRetries(t *testing.T) {
 	done := make(chan struct{})
 	go func() { tr.Run(ctx); close(done) }()
 	lead(tr, []Info{{ID: 3, TTL: 50 * time.Millisecond}, {ID: 4, TTL: time.Hour}})
-	waitFor(t, 5*time.Second, func() bool { return len(rec.seen()) >= 3 })
+	testutil.Eventually(t, 5*time.Second, "three expiry proposals", func() bool { return len(rec.seen()) >= 3 })
 	if calls := rec.seen(); !slices.Equal(calls, []uint64{3, 3, 3}) {
 		t.Fatalf("expiry calls %v: want session 3 tried until it succeeded", calls)
 	}
@@ -178,7 +169,7 @@ func TestFollowStopsRetries(t *testing.T) {
 	done := make(chan struct{})
 	go func() { tr.Run(ctx); close(done) }()
 	lead(tr, []Info{{ID: 9, TTL: 20 * time.Millisecond}})
-	waitFor(t, 5*time.Second, func() bool { return len(rec.seen()) >= 2 })
+	testutil.Eventually(t, 5*time.Second, "two expiry proposals", func() bool { return len(rec.seen()) >= 2 })
 	tr.Follow()
 	// Run stops, and goleak (deferred) checks that the retrying expiry
 	// goroutine ended with the term.
@@ -245,9 +236,9 @@ func TestMassExpiryIsBounded(t *testing.T) {
 		ss = append(ss, Info{ID: uint64(i + 1), TTL: 20 * time.Millisecond})
 	}
 	lead(tr, ss)
-	waitFor(t, 10*time.Second, func() bool { now, _, _ := b.stats(); return now == maxExpiring })
+	testutil.Eventually(t, 10*time.Second, "maxExpiring expiries in flight", func() bool { now, _, _ := b.stats(); return now == maxExpiring })
 	close(b.release)
-	waitFor(t, 10*time.Second, func() bool { _, _, d := b.stats(); return d == n })
+	testutil.Eventually(t, 10*time.Second, "every expiry done", func() bool { _, _, d := b.stats(); return d == n })
 	if _, most, _ := b.stats(); most > maxExpiring {
 		t.Fatalf("%d expiries proposed at once; the bound is %d", most, maxExpiring)
 	}
