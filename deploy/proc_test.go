@@ -33,6 +33,14 @@ var (
 	binErr  error
 )
 
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binPath != "" {
+		os.RemoveAll(filepath.Dir(binPath))
+	}
+	os.Exit(code)
+}
+
 // binary builds ./cmd/lockcluster once per test run.
 func binary(t *testing.T) string {
 	t.Helper()
