@@ -120,6 +120,7 @@ type Client struct {
 	maxIndex uint64 // the highest Raft index seen, for read-your-writes
 	// caller carries the session's writes on its stream (streamcall.go).
 	caller atomic.Pointer[caller]
+	probe  tlsProbe // tells a TLS mismatch from a node that is down (tlsprobe.go)
 }
 
 // Dial connects to a cluster given some of its endpoints (host:port) and
@@ -224,6 +225,7 @@ func (c *Client) call(ctx context.Context, f func(context.Context, pb.LocksClien
 		timedOut := err != nil && ctx.Err() == nil && actx.Err() != nil
 		cancel()
 		if err == nil {
+			c.probe.served.Store(true)
 			return nil
 		}
 		if status.Code(err) == codes.Canceled && ctx.Err() == nil {
@@ -239,6 +241,9 @@ func (c *Client) call(ctx context.Context, f func(context.Context, pb.LocksClien
 			return fromStatus(err)
 		}
 		last = err
+		if merr := c.mismatch(i, err); merr != nil {
+			return merr
+		}
 		c.mu.Lock()
 		if c.cur == i {
 			c.cur = (i + 1) % len(c.conns)

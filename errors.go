@@ -36,7 +36,24 @@ var (
 	// ErrUnavailable: no endpoint could serve the call before the context
 	// ended.
 	ErrUnavailable = errors.New("lockcluster: unavailable")
+	// ErrTLSMismatch: the client and the endpoints disagree on TLS (a
+	// plaintext client meets a TLS node, or a TLS client a plaintext one),
+	// so no endpoint can serve the call. Dial and the calls of a client
+	// never served yet fail with it at once instead of at their deadline;
+	// the error names the endpoint and the fix. It matches ErrUnavailable
+	// too.
+	ErrTLSMismatch = errors.New("lockcluster: TLS mismatch")
 )
+
+// mismatchError is an ErrTLSMismatch, which is also an ErrUnavailable.
+type mismatchError struct{ msg string }
+
+func (e *mismatchError) Error() string { return e.msg }
+
+// Is matches ErrTLSMismatch and ErrUnavailable.
+func (e *mismatchError) Is(target error) bool {
+	return target == ErrTLSMismatch || target == ErrUnavailable
+}
 
 // Causes of a lost lock (the cause of its context) or of an abort.
 //

@@ -29,7 +29,7 @@ func (g *globals) exit(err error) error {
 	case errors.Is(err, lockcluster.ErrPermission):
 		return &exitError{code: exitNoPerm, msg: fmt.Sprintf("permission denied: the cluster refused %s (namespace %q): %v", g.credential(), g.namespace, err)}
 	case errors.Is(err, lockcluster.ErrUnavailable):
-		if hint := g.tlsHint(); hint != "" {
+		if hint := g.tlsHint(); hint != "" && !errors.Is(err, lockcluster.ErrTLSMismatch) {
 			return &exitError{code: exitUnavailable, msg: hint + " (" + err.Error() + ")"}
 		}
 		return &exitError{code: exitUnavailable, msg: err.Error()}
