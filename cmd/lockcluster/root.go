@@ -79,6 +79,7 @@ lock with 'lockcluster lock NAME -- CMD'.`,
 		return &exitError{code: exitUsage, msg: err.Error() + "\n(see '" + c.CommandPath() + " --help')"}
 	})
 	root.AddCommand(newServe(), newDev(), newLock(g), newQuery(g), newMembers(g), newStatus(g), newJoin(g), newLeave(g), newHealth(g), newTLS(), newBench(g), newVersion(g), newElect(g), newObserve(g), newReap(), newSnapshot(g))
+	root.AddCommand(newMan()) // man.go: the man pages scripts/release ships
 	return root
 }
 

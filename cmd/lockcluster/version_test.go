@@ -1,16 +1,11 @@
 package main
 
 import (
-	"crypto/sha256"
-	"debug/elf"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
@@ -83,49 +78,4 @@ func TestVersion(t *testing.T) {
 			t.Fatalf("/metrics has no %s", want)
 		}
 	})
-}
-
-// TestRelease runs scripts/release for this machine's platform and checks
-// what it made: the checksums, the version linked in, a static binary.
-func TestRelease(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds a release binary")
-	}
-	dist := t.TempDir()
-	target := runtime.GOOS + "/" + runtime.GOARCH
-	cmd := exec.Command("../../scripts/release", "v0.0.0-test")
-	cmd.Env = append(os.Environ(), "TARGETS="+target, "DIST="+dist)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("scripts/release: %v\n%s", err, out)
-	}
-	name := "lockcluster-v0.0.0-test-" + runtime.GOOS + "-" + runtime.GOARCH
-	sums, err := os.ReadFile(filepath.Join(dist, "SHA256SUMS"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(dist, name)
-	data, err := os.ReadFile(bin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := sha256.Sum256(data)
-	if want := hex.EncodeToString(h[:]) + "  " + name + "\n"; string(sums) != want {
-		t.Fatalf("SHA256SUMS:\n%s\nwant:\n%s", sums, want)
-	}
-	b := versionOf(t, bin)
-	if b.Version != "v0.0.0-test" || b.Revision == "dev" || b.Revision == "" || b.GoVersion != runtime.Version() {
-		t.Fatalf("the release binary says %+v", b)
-	}
-	if runtime.GOOS == "linux" {
-		f, err := elf.Open(bin)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer f.Close()
-		for _, p := range f.Progs {
-			if p.Type == elf.PT_INTERP {
-				t.Fatal("the release binary is dynamically linked (it has an ELF interpreter)")
-			}
-		}
-	}
 }
