@@ -40,6 +40,7 @@ type globals struct {
 	timeout   time.Duration
 	token     string
 	tls       lockcluster.TLSFiles
+	files     clientFiles // --config and --token-file (clientconfig.go)
 }
 
 func envOr(key, def string) string {
@@ -59,7 +60,11 @@ modes, FIFO queues, ifAvailable, steal, abort and query, with the semantics of
 the browser's Web Locks API, replicated with Raft.
 
 Start a local 3-node cluster with 'lockcluster dev', then run a command under a
-lock with 'lockcluster lock NAME -- CMD'.`,
+lock with 'lockcluster lock NAME -- CMD'.
+
+The client commands take their endpoints, namespace, TLS files and token from,
+first found: the flags, the client config file (--config), the environment
+(LOCKCLUSTER_ADDR, ...), the defaults.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
@@ -75,6 +80,7 @@ lock with 'lockcluster lock NAME -- CMD'.`,
 	pf.StringVar(&g.tls.CA, "cacert", "", "CA certificate to verify the nodes with: connect over TLS (env LOCKCLUSTER_CACERT)")
 	pf.StringVar(&g.tls.Cert, "cert", "", "client certificate, for mutual TLS (env LOCKCLUSTER_CERT)")
 	pf.StringVar(&g.tls.Key, "key", "", "client certificate's key (env LOCKCLUSTER_KEY)")
+	g.clientConfigFlags(root)
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return &exitError{code: exitUsage, msg: err.Error() + "\n(see '" + c.CommandPath() + " --help')"}
 	})
