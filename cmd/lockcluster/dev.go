@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -29,7 +30,16 @@ func newDev() *cobra.Command {
 process, so you can kill one (kill -9 PID) and watch another take over. Node i
 serves gRPC on port 7700+10i, raft on 7701+10i and HTTP on 7702+10i; --base-port
 moves them all. Data lives in a temporary directory removed on exit, unless
---data-dir is given. Ctrl-C stops every node.`,
+--data-dir is given. Ctrl-C stops every node.
+
+The nodes run a copy of this binary in the data directory's bin/, which the
+restart command printed when a node exits names: it works after 'go run' has
+removed its build. Ctrl-C leaves the temporary data directory in place, and
+says so, while a node restarted by hand still runs on it.
+
+docker-compose.yml publishes the same gRPC and HTTP ports on 127.0.0.1
+(7700/7702, 7710/7712, 7720/7722): stop one ('docker compose down') before
+starting the other, or move dev with --base-port.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if nodes < 1 || nodes > 9 {
@@ -58,7 +68,12 @@ func runDev(dataDir, host string, n, base int, useTLS bool) error {
 		}
 		dataDir = d
 	}
-	self, err := os.Executable()
+	// Absolute, so that the restart commands printed work from anywhere.
+	dataDir, err := filepath.Abs(dataDir)
+	if err != nil {
+		return err
+	}
+	self, err := devBinary(dataDir)
 	if err != nil {
 		return err
 	}
@@ -140,6 +155,13 @@ Ctrl-C stops the cluster.
 		case s := <-sig:
 			fmt.Printf("\n%s: stopping the cluster...\n", s)
 			c.Stop()
+			if !keep {
+				// Stop removed the data unless a node started by hand
+				// (a restart command above) still runs on it.
+				for _, h := range c.InUse() {
+					fmt.Printf("kept %s: %s is in use by process %d, which dev did not start; stop it, then remove %s\n", dataDir, h.Dir, h.PID, dataDir)
+				}
+			}
 			return nil
 		case nd := <-exits:
 			i := slices.Index(c.Nodes, nd)
@@ -192,4 +214,48 @@ func devCerts(dir, host string, nodes int) (lockcluster.TLSFiles, error) {
 		return lockcluster.TLSFiles{}, err
 	}
 	return lockcluster.TLSFiles{CA: filepath.Join(dir, "ca.crt"), Cert: filepath.Join(dir, "client.crt"), Key: filepath.Join(dir, "client.key")}, nil
+}
+
+// devBinary hard-links (or copies) the running binary to dataDir/bin and
+// returns that path: the nodes run it, and the restart commands dev prints
+// name it, so that they keep working after 'go run' removes the build
+// directory the running binary is in.
+func devBinary(dataDir string) (string, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return "", err
+	}
+	dst := filepath.Join(dataDir, "bin", "lockcluster")
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return "", err
+	}
+	tmp := dst + ".new"
+	os.Remove(tmp)
+	if err := os.Link(self, tmp); err != nil {
+		if err := copyFile(self, tmp, 0o755); err != nil {
+			return "", fmt.Errorf("copying %s to %s: %w", self, tmp, err)
+		}
+	}
+	if err := os.Rename(tmp, dst); err != nil {
+		os.Remove(tmp)
+		return "", err
+	}
+	return dst, nil
+}
+
+func copyFile(src, dst string, mode os.FileMode) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, mode)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
 }

@@ -3,9 +3,9 @@ package main
 import (
 	"bufio"
 	"context"
-	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -15,6 +15,7 @@ import (
 
 	"github.com/lockcluster/lockcluster"
 	"github.com/lockcluster/lockcluster/internal/proccluster"
+	"github.com/lockcluster/lockcluster/internal/testutil"
 )
 
 // freeBase finds a base port whose dev ports (base+10i, +1, +2 for three
@@ -28,12 +29,20 @@ func freeBase(t *testing.T) int {
 	return base
 }
 
-// 'lockcluster dev' starts three processes, prints their addresses and
-// LOCKCLUSTER_ADDR, serves locks, survives the loss of a node, and on
-// SIGINT stops every node and removes its temporary data.
-func TestDevCluster(t *testing.T) {
+// devRun is a 'lockcluster dev' process and what it printed at start.
+type devRun struct {
+	cmd     *exec.Cmd
+	lines   <-chan string // its stdout, line by line, after the start
+	pids    []int
+	addr    string
+	dataDir string
+}
+
+// startDev starts 'lockcluster dev' on free ports with its temporary
+// directory in a test's own, and waits for it to print LOCKCLUSTER_ADDR.
+func startDev(t *testing.T, base int) *devRun {
+	t.Helper()
 	bin := binary(t)
-	base := freeBase(t)
 	cmd := exec.Command(bin, "dev", "--base-port", strconv.Itoa(base))
 	cmd.Env = append(os.Environ(), "TMPDIR="+t.TempDir())
 	stdout, err := cmd.StdoutPipe()
@@ -44,8 +53,8 @@ func TestDevCluster(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer cmd.Process.Kill()
-	lines := make(chan string, 100)
+	t.Cleanup(func() { cmd.Process.Kill() })
+	lines := make(chan string, 1000) // never full: dev must not block on its stdout
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
@@ -53,11 +62,10 @@ func TestDevCluster(t *testing.T) {
 		}
 		close(lines)
 	}()
-	var addr, dataDir string
-	var pids []int
+	d := &devRun{cmd: cmd, lines: lines}
 	pidRe := regexp.MustCompile(`node\d+\s+pid (\d+)`)
 	deadline := time.After(30 * time.Second)
-	for addr == "" {
+	for d.addr == "" {
 		select {
 		case l, ok := <-lines:
 			if !ok {
@@ -65,22 +73,54 @@ func TestDevCluster(t *testing.T) {
 			}
 			if m := pidRe.FindStringSubmatch(l); m != nil {
 				pid, _ := strconv.Atoi(m[1])
-				pids = append(pids, pid)
+				d.pids = append(d.pids, pid)
 			}
 			if v, ok := strings.CutPrefix(l, "LOCKCLUSTER_ADDR="); ok {
-				addr = v
+				d.addr = v
 			}
 			if v, ok := strings.CutPrefix(l, "lockcluster dev: 3 nodes, data in "); ok {
-				dataDir, _, _ = strings.Cut(v, " ")
+				d.dataDir, _, _ = strings.Cut(v, " ")
 			}
 		case <-deadline:
 			t.Fatal("dev printed no LOCKCLUSTER_ADDR within 30s")
 		}
 	}
-	go io.Copy(io.Discard, stdout)
-	if len(pids) != 3 || dataDir == "" || strings.Count(addr, ",") != 2 {
-		t.Fatalf("pids %v, data dir %q, addr %q", pids, dataDir, addr)
+	if len(d.pids) != 3 || d.dataDir == "" || strings.Count(d.addr, ",") != 2 {
+		t.Fatalf("pids %v, data dir %q, addr %q", d.pids, d.dataDir, d.addr)
 	}
+	return d
+}
+
+// interrupt sends dev SIGINT and waits for it to exit, returning what it
+// printed since the start.
+func (d *devRun) interrupt(t *testing.T) string {
+	t.Helper()
+	d.cmd.Process.Signal(syscall.SIGINT)
+	var out strings.Builder
+	deadline := time.After(30 * time.Second)
+	for {
+		select {
+		case l, ok := <-d.lines:
+			if !ok {
+				if err := d.cmd.Wait(); err != nil {
+					t.Fatalf("dev exited with %v after SIGINT:\n%s", err, out.String())
+				}
+				return out.String()
+			}
+			out.WriteString(l + "\n")
+		case <-deadline:
+			t.Fatalf("dev did not stop within 30s of SIGINT:\n%s", out.String())
+		}
+	}
+}
+
+// 'lockcluster dev' starts three processes, prints their addresses and
+// LOCKCLUSTER_ADDR, serves locks, survives the loss of a node, and on
+// SIGINT stops every node and removes its temporary data.
+func TestDevCluster(t *testing.T) {
+	base := freeBase(t)
+	d := startDev(t, base)
+	addr, dataDir, pids := d.addr, d.dataDir, d.pids
 	if !strings.HasPrefix(addr, "127.0.0.1:"+strconv.Itoa(base)+",") {
 		t.Fatalf("node 0 is not on the base port: %s", addr)
 	}
@@ -104,17 +144,7 @@ func TestDevCluster(t *testing.T) {
 	// The two nodes left never diverged (hashcheck_test.go); node 1 is dead.
 	checkAppliedHashes(t, []string{"127.0.0.1:" + strconv.Itoa(base+2), "127.0.0.1:" + strconv.Itoa(base+22)})
 
-	cmd.Process.Signal(syscall.SIGINT)
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("dev exited with %v after SIGINT", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("dev did not stop within 30s of SIGINT")
-	}
+	d.interrupt(t)
 	for _, pid := range pids {
 		if syscall.Kill(pid, 0) == nil {
 			t.Errorf("node pid %d still runs after dev stopped", pid)
@@ -122,5 +152,68 @@ func TestDevCluster(t *testing.T) {
 	}
 	if _, err := os.Stat(dataDir); !os.IsNotExist(err) {
 		t.Errorf("temporary data dir %s still exists: %v", dataDir, err)
+	}
+}
+
+// The restart command dev prints for a node that exited names the copy of
+// the binary in dev's data directory, not the build directory of 'go run',
+// which goes away. A node restarted by hand with it keeps Ctrl-C from
+// removing the data directory under it, and dev says where it is.
+func TestDevRestartByHand(t *testing.T) {
+	base := freeBase(t)
+	d := startDev(t, base)
+	syscall.Kill(d.pids[1], syscall.SIGKILL)
+	var restart string
+	deadline := time.After(30 * time.Second)
+	for restart == "" {
+		select {
+		case l, ok := <-d.lines:
+			if !ok {
+				t.Fatal("dev exited")
+			}
+			if strings.HasSuffix(l, "Restart it with:") {
+				restart = strings.TrimSpace(<-d.lines)
+			}
+		case <-deadline:
+			t.Fatal("dev printed no restart command within 30s of a node's death")
+		}
+	}
+	argv := strings.Fields(restart)
+	if want := filepath.Join(d.dataDir, "bin", "lockcluster"); argv[0] != want {
+		t.Fatalf("restart command %q: want the binary %s", restart, want)
+	}
+	if fi, err := os.Stat(argv[0]); err != nil || fi.Mode()&0o111 == 0 {
+		t.Fatalf("%s: %v, %v", argv[0], fi, err)
+	}
+
+	logf, err := os.Create(filepath.Join(t.TempDir(), "node1.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logf.Close()
+	hand := exec.Command(argv[0], argv[1:]...)
+	hand.Stdout, hand.Stderr = logf, logf
+	if err := hand.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		hand.Process.Kill()
+		hand.Wait()
+	})
+	http := "127.0.0.1:" + strconv.Itoa(base+12)
+	testutil.Eventually(t, 30*time.Second, "node1, restarted by hand, ready", func() bool {
+		code, _ := readyzOf(http)
+		return code == 200
+	})
+
+	out := d.interrupt(t)
+	if !strings.Contains(out, "kept "+d.dataDir) || !strings.Contains(out, strconv.Itoa(hand.Process.Pid)) {
+		t.Fatalf("dev did not say it kept %s for pid %d:\n%s", d.dataDir, hand.Process.Pid, out)
+	}
+	if _, err := os.Stat(filepath.Join(d.dataDir, "node1", "raft")); err != nil {
+		t.Fatalf("dev removed the data of a node that still runs: %v", err)
+	}
+	if code, _ := readyzOf(http); code == 0 {
+		t.Fatal("the node restarted by hand stopped with dev")
 	}
 }

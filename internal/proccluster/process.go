@@ -174,7 +174,9 @@ func (c *Cluster) RestartAll(sig syscall.Signal) error {
 }
 
 // Stop stops every node (SIGTERM to all, then SIGKILL to any still there
-// after 20s) and removes the cluster's directory unless Keep is set.
+// after 20s) and removes the cluster's directory unless Keep is set or a
+// process still runs on a data directory in it (InUse: a node started by
+// hand).
 func (c *Cluster) Stop() {
 	for i := range c.Nodes {
 		if c.Running(i) {
@@ -185,7 +187,7 @@ func (c *Cluster) Stop() {
 	for i := range c.Nodes {
 		_ = c.wait(i, 20*time.Second)
 	}
-	if !c.Keep {
+	if !c.Keep && len(c.InUse()) == 0 {
 		os.RemoveAll(c.Dir)
 	}
 }
