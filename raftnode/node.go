@@ -101,12 +101,13 @@ func (n *Node) open(fsm raft.FSM) error {
 	if err := n.checkStores(); err != nil {
 		return err
 	}
-	fileSnaps, err := raft.NewFileSnapshotStoreWithLogger(
-		filepath.Join(cfg.DataDir, "snapshots"), snapshotsRetained, n.logger.Named("snapshots"))
+	snapsBase := filepath.Join(cfg.DataDir, "snapshots")
+	fileSnaps, err := raft.NewFileSnapshotStoreWithLogger(snapsBase, snapshotsRetained, n.logger.Named("snapshots"))
 	if err != nil {
 		return fmt.Errorf("raftnode: snapshot store: %w", err)
 	}
-	snaps := trackingSnapshots{fileSnaps}
+	// meta.sum written and verified for every snapshot (snapsum.go).
+	snaps := trackingSnapshots{newCheckedSnapshots(fileSnaps, snapsBase, n.logger.Named("snapshots"))}
 	if n.transport, err = n.newTransport(); err != nil {
 		return err
 	}

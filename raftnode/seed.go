@@ -70,10 +70,12 @@ func SeedDataDir(s Seed) (err error) {
 		return err
 	}
 	defer unlockDir(lock)
-	snaps, err := raft.NewFileSnapshotStoreWithLogger(filepath.Join(s.DataDir, "snapshots"), snapshotsRetained, s.Logger.Named("snapshots"))
+	base := filepath.Join(s.DataDir, "snapshots")
+	fileSnaps, err := raft.NewFileSnapshotStoreWithLogger(base, snapshotsRetained, s.Logger.Named("snapshots"))
 	if err != nil {
 		return fmt.Errorf("raftnode: snapshot store: %w", err)
 	}
+	snaps := newCheckedSnapshots(fileSnaps, base, s.Logger.Named("snapshots")) // writes meta.sum
 	conf := raft.Configuration{Servers: []raft.Server{{ID: raft.ServerID(s.ID), Address: raft.ServerAddress(s.Addr), Suffrage: raft.Voter}}}
 	sink, err := snaps.Create(raft.SnapshotVersionMax, s.Index, s.Term, conf, s.Index, peerEncoder{})
 	if err != nil {
@@ -87,7 +89,7 @@ func SeedDataDir(s Seed) (err error) {
 		sink.Cancel()
 		return fmt.Errorf("raftnode: writing the snapshot: %w", err)
 	}
-	if err := sink.Close(); err != nil { // fsyncs and moves it into place
+	if err := sink.Close(); err != nil { // fsyncs, moves it into place, writes meta.sum
 		return fmt.Errorf("raftnode: writing the snapshot: %w", err)
 	}
 	s.Logger.Info("seeded a data directory from a snapshot", "dir", s.DataDir, "index", s.Index, "voter", s.ID, "addr", s.Addr)

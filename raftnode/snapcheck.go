@@ -128,48 +128,36 @@ func parseSnapshotName(name string) (snapshotOnDisk, bool) {
 	return snapshotOnDisk{name: name, term: n[0], index: n[1]}, true
 }
 
+// contentErr tells the errors reading a snapshot's file that are about
+// its content: the file is missing, or the disk cannot read it.
+func contentErr(err error) bool {
+	return os.IsNotExist(err) || errors.Is(err, syscall.EIO)
+}
+
 // verifySnapshot checks one snapshot as thoroughly as its files allow:
-// meta.json decodes, with no unknown field; it names the directory, and
-// the term and index in the name; its version is one raft reads; state.bin
-// has the size and the CRC-64 meta.json records (what
-// FileSnapshotStore.Open checks, before every restore). reason is empty
-// when it verifies; err is an error that is not about the snapshot's
+// meta.json matches its checksum in meta.sum (snapsum.go), when there is
+// one; meta.json decodes (checkSnapshotMeta); state.bin has the size and
+// the CRC-64 meta.json records (what FileSnapshotStore.Open checks,
+// before every restore). reason is empty when it verifies, and names the
+// file that does not; err is an error that is not about the snapshot's
 // content (a permission, no file handles left).
 func verifySnapshot(dir string, s snapshotOnDisk) (reason string, err error) {
 	path := filepath.Join(dir, s.name)
-	// Content errors: the file is missing, or the disk cannot read it.
-	contentErr := func(err error) bool {
-		return os.IsNotExist(err) || errors.Is(err, syscall.EIO)
-	}
-	b, err := os.ReadFile(filepath.Join(path, "meta.json"))
+	b, err := os.ReadFile(filepath.Join(path, snapshotMetaFile))
 	if err != nil {
 		if contentErr(err) {
 			return fmt.Sprintf("meta.json: %v", err), nil
 		}
 		return "", err
 	}
-	var meta snapshotFileMeta
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&meta); err != nil {
-		return fmt.Sprintf("meta.json does not decode: %v", err), nil
+	if _, reason, err := checkSnapshotSum(path, b); reason != "" || err != nil {
+		return reason, err
 	}
-	if rest, _ := io.ReadAll(dec.Buffered()); len(bytes.TrimSpace(rest)) > 0 || dec.More() {
-		return "meta.json has bytes after its object", nil
+	meta, reason := checkSnapshotMeta(b, s)
+	if reason != "" {
+		return reason, nil
 	}
-	switch {
-	case meta.ID != s.name:
-		return fmt.Sprintf("meta.json names snapshot %q", meta.ID), nil
-	case meta.Term != s.term || meta.Index != s.index:
-		return fmt.Sprintf("meta.json says term %d, index %d", meta.Term, meta.Index), nil
-	case meta.Version < raft.SnapshotVersionMin || meta.Version > raft.SnapshotVersionMax:
-		return fmt.Sprintf("meta.json says version %d", meta.Version), nil
-	case meta.ConfigurationIndex > meta.Index:
-		return fmt.Sprintf("meta.json says configuration index %d, past the snapshot's", meta.ConfigurationIndex), nil
-	case len(meta.CRC) != 8:
-		return fmt.Sprintf("meta.json has a %d-byte CRC", len(meta.CRC)), nil
-	}
-	f, err := os.Open(filepath.Join(path, "state.bin"))
+	f, err := os.Open(filepath.Join(path, snapshotStateFile))
 	if err != nil {
 		if contentErr(err) {
 			return fmt.Sprintf("state.bin: %v", err), nil
@@ -192,6 +180,37 @@ func verifySnapshot(dir string, s snapshotOnDisk) (reason string, err error) {
 		return fmt.Sprintf("state.bin fails its CRC-64 (stored %x, computed %x)", meta.CRC, sum), nil
 	}
 	return "", nil
+}
+
+// checkSnapshotMeta checks b, the bytes of snapshot s's meta.json, as far
+// as its fields allow, which is all there is for a snapshot without
+// meta.sum: it decodes, with no unknown field (but encoding/json matches
+// names case-insensitively); it names the directory, and the term and
+// index in the name; its version is one raft reads; its configuration
+// index is not past the snapshot; its CRC has 8 bytes. reason is empty
+// when it passes.
+func checkSnapshotMeta(b []byte, s snapshotOnDisk) (meta snapshotFileMeta, reason string) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&meta); err != nil {
+		return meta, fmt.Sprintf("meta.json does not decode: %v", err)
+	}
+	if rest, _ := io.ReadAll(dec.Buffered()); len(bytes.TrimSpace(rest)) > 0 || dec.More() {
+		return meta, "meta.json has bytes after its object"
+	}
+	switch {
+	case meta.ID != s.name:
+		return meta, fmt.Sprintf("meta.json names snapshot %q", meta.ID)
+	case meta.Term != s.term || meta.Index != s.index:
+		return meta, fmt.Sprintf("meta.json says term %d, index %d", meta.Term, meta.Index)
+	case meta.Version < raft.SnapshotVersionMin || meta.Version > raft.SnapshotVersionMax:
+		return meta, fmt.Sprintf("meta.json says version %d", meta.Version)
+	case meta.ConfigurationIndex > meta.Index:
+		return meta, fmt.Sprintf("meta.json says configuration index %d, past the snapshot's", meta.ConfigurationIndex)
+	case len(meta.CRC) != 8:
+		return meta, fmt.Sprintf("meta.json has a %d-byte CRC", len(meta.CRC))
+	}
+	return meta, ""
 }
 
 // checkSnapshots verifies the snapshots in dir (see snapshotsDir), newest
@@ -264,6 +283,9 @@ func checkSnapshots(dir string, logs raft.LogStore, logger hclog.Logger) (*stora
 		}
 		if reason == "" {
 			good = &snaps[i]
+			if err := sealOnce(dir, s.name, logger); err != nil {
+				return nil, fmt.Errorf("raftnode: writing meta.sum of snapshot %s: %w", s.name, err)
+			}
 			break
 		}
 		to, err := moveSnapshotAside(dir, s.name)
@@ -318,6 +340,30 @@ func checkSnapshots(dir string, logs raft.LogStore, logger hclog.Logger) (*stora
 		Reason: fmt.Sprintf("%s, set aside; the node restarts from %s and its log up to %d%s, short of index %d it held",
 			strings.Join(reasons, "; "), from, has, dropped, lost),
 	}, nil
+}
+
+// sealOnce writes the meta.sum of snapshot dir/name, which verified, if
+// it has none (written by an older version, or the node stopped between
+// the snapshot's rename into place and its meta.sum): the upgrade path.
+func sealOnce(dir, name string, logger hclog.Logger) error {
+	path := filepath.Join(dir, name)
+	b, err := os.ReadFile(filepath.Join(path, snapshotMetaFile))
+	if err != nil {
+		return err
+	}
+	sealed, reason, err := checkSnapshotSum(path, b)
+	if err != nil || sealed {
+		return err
+	}
+	if reason != "" { // verifySnapshot just read it
+		return errors.New(reason)
+	}
+	if err := sealSnapshot(path, b); err != nil {
+		return err
+	}
+	logger.Warn("a snapshot had no meta.sum (written by an older version, or the node stopped before writing it): verified as far as its fields allow, meta.sum written",
+		"snapshot", name, "path", path)
+	return nil
 }
 
 // moveSnapshotAside moves dir/name to <dir>/../<name>.corrupt (or

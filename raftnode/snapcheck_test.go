@@ -116,7 +116,8 @@ type restartResult struct {
 // restartRaft starts raft on a data directory as node.go's open does (the
 // WAL, raft.db as the stable store, the file snapshot store on
 // DataDir/snapshots behind trackingSnapshots), on an in-memory transport,
-// optionally after removePartialSnapshots and checkSnapshots, and stops it.
+// optionally (check) after removePartialSnapshots and checkSnapshots and
+// with meta.sum verified at Open (checkedSnapshots), and stops it.
 func restartRaft(t *testing.T, dir string, check bool) restartResult {
 	t.Helper()
 	logger := testLogger(t, "restart")
@@ -143,8 +144,12 @@ func restartRaft(t *testing.T, dir string, check bool) restartResult {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var snaps raft.SnapshotStore = fileSnaps
+	if check {
+		snaps = newCheckedSnapshots(fileSnaps, filepath.Join(dir, "snapshots"), logger)
+	}
 	fsm := &listFSM{}
-	res.panicked, res.err, res.last = startStopRaft(t, fsm, w, stable, trackingSnapshots{fileSnaps}, logger)
+	res.panicked, res.err, res.last = startStopRaft(t, fsm, w, stable, trackingSnapshots{snaps}, logger)
 	res.entries = fsm.Entries()
 	return res
 }
