@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"hash"
+	"hash/crc32"
 	"io"
 	"time"
 
@@ -18,17 +19,28 @@ import (
 // A snapshot file (what Admin.SaveSnapshot writes, what 'lockcluster
 // snapshot restore' reads) is self-describing:
 //
-//	magic "LCBACKUP" | version u32 (1) | index u64 | term u64 | size u64 |
-//	SHA-256 of the state [32] | the state (size bytes)
+//	magic "LCBACKUP" | version u32 (2) | index u64 | term u64 | size u64 |
+//	SHA-256 of the state [32] | CRC-32C of the header before it u32 |
+//	the state (size bytes)
 //
 // big endian. The state is the leader's state machine snapshot (fsm's
-// LCKSNAP format, with its own CRC), at index.
+// LCKSNAP format, with its own CRC), at index. Every byte is under a
+// checksum: the magic and the version are compared, the header under its
+// CRC-32C, the state under its SHA-256.
+//
+// Version 1 (written before issue 24, still read) has no CRC-32C: a bit
+// flipped in its index or term was read as another index or term ('snapshot
+// restore' compares the index with the state's; the term is only shown).
 var snapshotMagic = []byte("LCBACKUP")
 
 const (
-	snapshotFileVersion = 1
-	snapshotHeaderSize  = 8 + 4 + 8 + 8 + 8 + sha256.Size
+	snapshotFileVersion   = 2
+	snapshotHeaderSizeV1  = 8 + 4 + 8 + 8 + 8 + sha256.Size
+	snapshotHeaderSize    = snapshotHeaderSizeV1 + 4
+	snapshotHeaderVersion = 8 // offset of the version
 )
+
+var snapshotHeaderTable = crc32.MakeTable(crc32.Castagnoli)
 
 // ErrCorruptSnapshot: a snapshot file or transfer whose magic, version,
 // size or checksum is wrong.
@@ -130,7 +142,8 @@ func snapshotHeader(index, term, size uint64, sum []byte) []byte {
 	b = binary.BigEndian.AppendUint64(b, index)
 	b = binary.BigEndian.AppendUint64(b, term)
 	b = binary.BigEndian.AppendUint64(b, size)
-	return append(b, sum...)
+	b = append(b, sum...)
+	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b, snapshotHeaderTable))
 }
 
 func checkSum(sum hash.Hash, n, size uint64, want []byte) error {
@@ -144,22 +157,41 @@ func checkSum(sum hash.Hash, n, size uint64, want []byte) error {
 }
 
 // ReadSnapshot reads a snapshot file whole and checks it: its magic,
-// version, size and SHA-256. It returns the state's bytes.
+// version, header checksum, size and SHA-256. It returns the state's
+// bytes.
 func ReadSnapshot(r io.Reader) (SnapshotInfo, []byte, error) {
-	var hdr [snapshotHeaderSize]byte
-	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+	short := func(err error) error {
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-			return SnapshotInfo{}, nil, fmt.Errorf("%w: not a lockcluster snapshot file (too short)", ErrCorruptSnapshot)
+			return fmt.Errorf("%w: not a lockcluster snapshot file (too short)", ErrCorruptSnapshot)
 		}
-		return SnapshotInfo{}, nil, err
+		return err
+	}
+	var buf [snapshotHeaderSize]byte
+	hdr := buf[:snapshotHeaderVersion+4]
+	if _, err := io.ReadFull(r, hdr); err != nil {
+		return SnapshotInfo{}, nil, short(err)
 	}
 	if !bytes.Equal(hdr[:8], snapshotMagic) {
 		return SnapshotInfo{}, nil, fmt.Errorf("%w: not a lockcluster snapshot file (no %s header)", ErrCorruptSnapshot, snapshotMagic)
 	}
-	if v := binary.BigEndian.Uint32(hdr[8:]); v != snapshotFileVersion {
-		return SnapshotInfo{}, nil, fmt.Errorf("%w: snapshot file version %d is not supported (this build knows %d)", ErrCorruptSnapshot, v, snapshotFileVersion)
+	switch v := binary.BigEndian.Uint32(hdr[snapshotHeaderVersion:]); v {
+	case 1:
+		hdr = buf[:snapshotHeaderSizeV1]
+	case snapshotFileVersion:
+		hdr = buf[:snapshotHeaderSize]
+	default:
+		return SnapshotInfo{}, nil, fmt.Errorf("%w: snapshot file version %d is not supported (this build knows 1 and %d)", ErrCorruptSnapshot, v, snapshotFileVersion)
 	}
-	want := hdr[36:]
+	if _, err := io.ReadFull(r, hdr[snapshotHeaderVersion+4:]); err != nil {
+		return SnapshotInfo{}, nil, short(err)
+	}
+	if len(hdr) == snapshotHeaderSize {
+		body, stored := hdr[:snapshotHeaderSizeV1], binary.BigEndian.Uint32(hdr[snapshotHeaderSizeV1:])
+		if sum := crc32.Checksum(body, snapshotHeaderTable); sum != stored {
+			return SnapshotInfo{}, nil, fmt.Errorf("%w: its header fails its CRC-32C (stored %08x, computed %08x)", ErrCorruptSnapshot, stored, sum)
+		}
+	}
+	want := hdr[36:snapshotHeaderSizeV1]
 	info := SnapshotInfo{Index: binary.BigEndian.Uint64(hdr[12:]), Term: binary.BigEndian.Uint64(hdr[20:]),
 		Size: binary.BigEndian.Uint64(hdr[28:]), SHA256: hex.EncodeToString(want)}
 	// Read one byte past the size: a longer file is as wrong as a shorter.
