@@ -31,6 +31,7 @@ type serveConfig struct {
 	bootstrap, join, logLevel, raftDial       string
 	bootstrapCheck                            string // bootstrapcheck.go
 	logFormat                                 string
+	auditRefusalInterval                      time.Duration
 	heartbeat, election, lease                time.Duration
 	checkpointEvery                           time.Duration
 	logStore                                  string
@@ -91,6 +92,7 @@ func (c *serveConfig) settings() []setting {
 		{key: "checkpoint-entries", usage: "...or after this many applied entries, whichever comes first", num: &c.checkpointEntries},
 		{key: "log-level", usage: "trace, debug, info, warn or error", str: &c.logLevel},
 		{key: "log-format", usage: "text, or json: one JSON object per line (@timestamp, @level, @module, @message and the fields)", str: &c.logFormat},
+		{key: "audit-refusal-interval", usage: "the audit log writes the first 8 refused credentials of a peer (an IP address) in this interval in full, then one line at its end with how many more there were", dur: &c.auditRefusalInterval},
 		{key: "tls-cert", usage: "this node's certificate (PEM): serve the client API, raft and HTTP over TLS", str: &c.tls.Cert},
 		{key: "tls-key", usage: "this node's private key (PEM)", str: &c.tls.Key},
 		{key: "tls-ca", usage: "the CA that signs nodes' and clients' certificates; raft peers must present one", str: &c.tls.CA},
@@ -121,7 +123,7 @@ func defaultServeConfig() *serveConfig {
 	return &serveConfig{id: host, dataDir: "lockcluster-data", grpcAddr: "127.0.0.1:7700", raftAddr: "127.0.0.1:7701", httpAddr: "127.0.0.1:7702",
 		heartbeat: 500 * time.Millisecond, election: 500 * time.Millisecond, lease: 500 * time.Millisecond, logLevel: "info", logFormat: "text",
 		checkpointEvery: raftnode.DefaultCheckpointInterval, logStore: raftnode.LogStoreWAL, checkpointEntries: raftnode.DefaultCheckpointEntries,
-		maxMessage: 4 << 20, streamBacklog: server.DefaultStreamBacklogBytes, sessionRate: 5000, sessionBurst: 10000,
+		maxMessage: 4 << 20, streamBacklog: server.DefaultStreamBacklogBytes, sessionRate: 5000, sessionBurst: 10000, auditRefusalInterval: server.DefaultAuditRefusalInterval,
 		namespaceRate: 50000, namespaceBurst: 100000, refusalRate: 1000, limits: defaultLimits(), gcHeadroom: "256MiB"}
 }
 
@@ -258,6 +260,10 @@ func (c *serveConfig) run() error {
 		TLS: c.tls, Auth: c.auth, MaxMessageBytes: int(c.maxMessage), EnablePprof: c.pprof,
 	}
 	cfg.Server.Limits = &limits
+	if c.auditRefusalInterval <= 0 {
+		return &exitError{code: exitUsage, msg: fmt.Sprintf("--audit-refusal-interval=%s: want a positive duration", c.auditRefusalInterval)}
+	}
+	cfg.Server.AuditRefusalInterval = c.auditRefusalInterval
 	cfg.Server.SessionRate, cfg.Server.SessionBurst = c.sessionRate, int(c.sessionBurst)
 	cfg.Server.NamespaceRate, cfg.Server.NamespaceBurst = c.namespaceRate, int(c.namespaceBurst)
 	cfg.Server.RefusalRate = c.refusalRate

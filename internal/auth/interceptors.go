@@ -2,12 +2,15 @@ package auth
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"strings"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/status"
 
 	pb "github.com/lockcluster/lockcluster/api/lockclusterv1"
+	"github.com/lockcluster/lockcluster/internal/logsafe"
 	"github.com/lockcluster/lockcluster/internal/rpcerr"
 )
 
@@ -25,18 +28,48 @@ func (a *Authorizer) check(ctx context.Context, method string, req any) error {
 	}
 	c := CallerOf(ctx)
 	if c.anonymous() {
-		return rpcerr.Unauthenticated("lockcluster requires credentials: a bearer token (LOCKCLUSTER_TOKEN) or a client certificate")
+		return &refusal{ReasonNoCredential, rpcerr.Unauthenticated("lockcluster requires credentials: a bearer token (LOCKCLUSTER_TOKEN) or a client certificate")}
 	}
 	if n, ok := req.(namespaced); ok {
 		if !a.namespace(c, n.GetNamespace()) {
-			return rpcerr.PermissionDenied("the credentials do not grant namespace " + strconv.Quote(n.GetNamespace()))
+			// The name is the caller's, maybe a megabyte: the message (the
+			// client's and the audit log's) quotes its start.
+			ns := strconv.Quote(logsafe.Clip(n.GetNamespace(), logsafe.Max))
+			return &refusal{ReasonNamespace, rpcerr.PermissionDenied("the credentials do not grant namespace " + ns)}
 		}
 		return nil
 	}
 	if !a.Admin(c) {
-		return rpcerr.PermissionDenied("cluster operations need an admin credential")
+		return &refusal{ReasonAdmin, rpcerr.PermissionDenied("cluster operations need an admin credential")}
 	}
 	return nil
+}
+
+// Why auth refused a call (RefusalReason).
+const (
+	ReasonNoCredential = "no_credential" // none presented: Unauthenticated
+	ReasonNamespace    = "namespace"     // the namespace is not granted
+	ReasonAdmin        = "admin"         // a cluster operation without an admin credential
+)
+
+// refusal is auth's answer to a call it refuses: the status error, and why.
+type refusal struct {
+	reason string
+	err    error
+}
+
+func (r *refusal) Error() string              { return r.err.Error() }
+func (r *refusal) GRPCStatus() *status.Status { return status.Convert(r.err) }
+
+// RefusalReason says why auth refused the call that err answers
+// (ReasonNoCredential, ReasonNamespace, ReasonAdmin), or "" when auth did
+// not refuse it.
+func RefusalReason(err error) string {
+	var r *refusal
+	if errors.As(err, &r) {
+		return r.reason
+	}
+	return ""
 }
 
 // Unary checks every unary call.

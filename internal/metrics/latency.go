@@ -26,6 +26,8 @@ type observer interface {
 	// (granted a waiting request), the time from start to now is a
 	// hand-off; otherwise nothing is observed.
 	Freed(start time.Time, ap fsm.Applied)
+	// Refused counts a call refused for its credentials (refusals.go).
+	Refused(reason string)
 }
 
 var _ observer = (*Metrics)(nil)

@@ -44,6 +44,7 @@ func TestEveryFamilyLints(t *testing.T) {
 	h.apply(&fsm.Abort{Session: a, Namespace: "ns", RequestID: 3})
 	h.apply(&fsm.Request{Session: a, Namespace: "ns", RequestID: 4, Names: []string{"x"}, Steal: true})
 	h.apply(&fsm.ExpireSession{Session: b})
+	h.met.Refused("no_credential")
 
 	var own []string
 	fams, err := h.met.registry().Gather()
@@ -57,7 +58,7 @@ func TestEveryFamilyLints(t *testing.T) {
 	}
 	for _, want := range []string{"lockcluster_grants_total", "lockcluster_not_available_total", "lockcluster_aborts_total", "lockcluster_steals_total",
 		"lockcluster_session_expiries_total", "lockcluster_acquire_seconds", "lockcluster_handoff_seconds", "lockcluster_sessions",
-		"lockcluster_replica_diverged", "lockcluster_checkpoints_verified_total"} {
+		"lockcluster_replica_diverged", "lockcluster_checkpoints_verified_total", "lockcluster_refused_calls_total"} {
 		if !strings.Contains(" "+strings.Join(own, " ")+" ", " "+want+" ") {
 			t.Errorf("no %s among %v", want, own)
 		}

@@ -14,6 +14,8 @@
 //   - acquire and hand-off latency histograms, fed by the request handlers
 //     through internal/server's Observer interface;
 //   - the replica's health (diverged, checkpoints verified, hash index);
+//   - calls refused for their credentials, by reason
+//     (lockcluster_refused_calls_total), on the node the client called;
 //   - the Go runtime and process collectors, and lockcluster_build_info
 //     (version, revision and Go version labels, value 1).
 //
@@ -100,6 +102,7 @@ type Metrics struct {
 	grpc    *grpcprom.ServerMetrics
 	rec     *recorder
 	latency *latency
+	refused *prometheus.CounterVec // refusals.go
 }
 
 // latencyBuckets cover a commit on a fast disk (about a millisecond) to
@@ -144,7 +147,9 @@ func New(m *fsm.Machine, opts ...Option) *Metrics {
 	)
 	rec.register(reg)
 	lat.register(reg)
-	return &Metrics{reg: reg, grpc: gm, rec: rec, latency: lat}
+	refused := newRefused()
+	reg.MustRegister(refused)
+	return &Metrics{reg: reg, grpc: gm, rec: rec, latency: lat, refused: refused}
 }
 
 // registry is the node's registry, for tests.

@@ -14,6 +14,7 @@ import (
 
 	pb "github.com/lockcluster/lockcluster/api/lockclusterv1"
 	"github.com/lockcluster/lockcluster/internal/auth"
+	"github.com/lockcluster/lockcluster/internal/logsafe"
 )
 
 // The audit log: one structured line, on the logger named "audit", for
@@ -31,6 +32,12 @@ import (
 // its address, the kind of credential it presented (bearer token, client
 // certificate, none) and its certificate identities. Never a token, a
 // secret or any other credential's value.
+//
+// What a caller chose (namespace, names, label, client id, identities, a
+// refusal's message) is written bounded and escaped (logsafe.String): at
+// most 128 bytes of it, then how many bytes were cut, on one line. Refused
+// credentials are paced per peer (auditpace.go): a flood of them makes a
+// few lines and a count per interval, not a line each.
 //
 // A call is audited on the node the client called. A node that forwards a
 // call to the leader audits it there and then; the leader does not audit
@@ -85,6 +92,7 @@ func (a *auditor) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo
 			if len(names) > auditMaxNames {
 				names = names[:auditMaxNames]
 			}
+			names = logsafe.Strings(names)
 			a.write(ctx, "steal", info.FullMethod, r.Namespace, r.SessionId,
 				"request", r.RequestId, "names", names, "name_count", len(r.Names), "token", lr.GetToken(), "admin", a.isAdmin(ctx))
 		}
@@ -139,7 +147,35 @@ func refused(err error) bool {
 
 func (a *auditor) isAdmin(ctx context.Context) bool { return a.admin != nil && a.admin(ctx) }
 
+// Why a call was refused, for the metrics: auth's reasons, and a session
+// secret that was refused.
+const reasonSessionSecret = "session_secret"
+
+// RefusalReasons are every reason Observer.Refused is told.
+var RefusalReasons = []string{auth.ReasonNoCredential, auth.ReasonNamespace, auth.ReasonAdmin, reasonSessionSecret}
+
+// refusalReason is why err refused a call: auth's reason when auth refused
+// it; otherwise a refused session secret (what the handlers refuse), or no
+// credential for an Unauthenticated one.
+func refusalReason(err error) string {
+	if r := auth.RefusalReason(err); r != "" {
+		return r
+	}
+	if status.Code(err) == codes.Unauthenticated {
+		return auth.ReasonNoCredential
+	}
+	return reasonSessionSecret
+}
+
+// auditReasonBytes bounds a refusal's message in the log: it may quote the
+// caller's namespace, itself bounded.
+const auditReasonBytes = 512
+
 func (a *auditor) refusal(ctx context.Context, method string, req any, err error) {
+	if a.forwarded(ctx) {
+		return // the node the client called counted and audited it
+	}
+	a.s.cfg.Observer.Refused(refusalReason(err))
 	var ns string
 	var session uint64
 	if r, ok := req.(interface{ GetNamespace() string }); ok {
@@ -148,7 +184,12 @@ func (a *auditor) refusal(ctx context.Context, method string, req any, err error
 	if r, ok := req.(interface{ GetSessionId() uint64 }); ok {
 		session = r.GetSessionId()
 	}
-	a.write(ctx, "refused-credential", method, ns, session, "code", status.Code(err).String(), "reason", status.Convert(err).Message())
+	code, reason := status.Code(err).String(), logsafe.Bound(status.Convert(err).Message(), auditReasonBytes)
+	addr := peerAddr(ctx)
+	if !a.s.refusals.admit(a.s.cfg.Now(), addr, refusalSample{method: method, namespace: logsafe.String(ns), code: code, reason: reason, peer: addr}) {
+		return // counted: the peer's summary line tells of it
+	}
+	a.write(ctx, "refused-credential", method, ns, session, "code", code, "reason", reason)
 }
 
 // write logs one audit line: what, where, who, then the event's own pairs;
@@ -157,7 +198,7 @@ func (a *auditor) write(ctx context.Context, event, method, ns string, session u
 	if a.forwarded(ctx) {
 		return
 	}
-	args := []any{"event", event, "method", method, "namespace", ns}
+	args := []any{"event", event, "method", method, "namespace", logsafe.String(ns)}
 	if session != 0 {
 		args = append(args, "session", session)
 		args = append(args, a.sessionArgs(ns, session)...)
@@ -170,7 +211,7 @@ func (a *auditor) write(ctx context.Context, event, method, ns string, session u
 // knows it in namespace ns.
 func (a *auditor) sessionArgs(ns string, session uint64) []any {
 	if info, ok := a.s.m.Session(session); ok && info.Namespace == ns {
-		return []any{"client_label", info.Label, "client_id", info.ClientID}
+		return []any{"client_label", logsafe.String(info.Label), "client_id", logsafe.String(info.ClientID)}
 	}
 	return nil
 }
@@ -182,17 +223,24 @@ func callerArgs(ctx context.Context) []any {
 	if len(md.Get("authorization")) > 0 {
 		cred = "bearer token"
 	}
-	var addr string
 	var ids []string
 	if p, ok := peer.FromContext(ctx); ok {
-		if p.Addr != nil {
-			addr = p.Addr.String()
-		}
 		if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok {
 			if ids = auth.Identities(&ti.State); len(ids) > 0 && cred == "none" {
 				cred = "client certificate"
 			}
 		}
 	}
-	return []any{"peer", addr, "credential", cred, "identities", strings.Join(ids, ",")}
+	return []any{"peer", peerAddr(ctx), "credential", cred, "identities", logsafe.Bound(strings.Join(ids, ","), auditIdentityBytes)}
+}
+
+// auditIdentityBytes bounds a caller's certificate identities in a line.
+const auditIdentityBytes = 512
+
+// peerAddr is the caller's address ("" when unknown).
+func peerAddr(ctx context.Context) string {
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		return p.Addr.String()
+	}
+	return ""
 }

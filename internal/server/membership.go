@@ -10,6 +10,7 @@ import (
 
 	pb "github.com/lockcluster/lockcluster/api/lockclusterv1"
 	"github.com/lockcluster/lockcluster/fsm"
+	"github.com/lockcluster/lockcluster/internal/logsafe"
 	"github.com/lockcluster/lockcluster/internal/rpcerr"
 	"github.com/lockcluster/lockcluster/raftnode"
 )
@@ -139,7 +140,7 @@ func (ms *membership) join(ctx context.Context, req *pb.JoinRequest) (*pb.JoinRe
 		}
 	}
 	resp.Warning = evenVoters(resp.Voters)
-	ms.s.log.Info("member joined", "id", req.Id, "raft", req.RaftAddr, "grpc", req.GrpcAddr, "voters", resp.Voters)
+	ms.s.log.Info("member joined", "id", logsafe.String(req.Id), "raft", logsafe.String(req.RaftAddr), "grpc", logsafe.String(req.GrpcAddr), "voters", resp.Voters)
 	if resp.Warning != "" {
 		ms.s.log.Warn(resp.Warning)
 	}
@@ -184,14 +185,14 @@ func (ms *membership) leave(ctx context.Context, id string) error {
 		if _, ok := ms.record(id); !ok {
 			return err
 		}
-		ms.s.log.Info("leave: the member is no longer in the configuration; removing its record", "id", id)
+		ms.s.log.Info("leave: the member is no longer in the configuration; removing its record", "id", logsafe.String(id))
 	default:
 		return err
 	}
 	if err := ms.setMember(ctx, fsm.Member{ID: id}, true); err != nil {
 		return err
 	}
-	ms.s.log.Info("member removed", "id", id)
+	ms.s.log.Info("member removed", "id", logsafe.String(id))
 	ms.reconcileLocked(ctx)
 	return nil
 }

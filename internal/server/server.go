@@ -64,6 +64,10 @@ type Config struct {
 	// on (nil, or auth off: never). An admin may release, abort or close
 	// any session without its secret; it is audited.
 	IsAdmin func(context.Context) bool
+	// AuditRefusalInterval paces the audit log's refused credentials: per
+	// peer, the first few of an interval are written in full, the rest
+	// counted into one line at its end (default 10s; auditpace.go).
+	AuditRefusalInterval time.Duration
 	// StreamBacklogBytes caps the events a session stream has not sent yet,
 	// in encoded bytes (default DefaultStreamBacklogBytes); a stream that
 	// falls further behind is cut and its client resynchronises.
@@ -83,16 +87,20 @@ type Config struct {
 
 // Observer is told, on the node that proposed an entry, when a request was
 // answered and when a release, abort or session end was applied; start is
-// when the call arrived. internal/metrics implements it.
+// when the call arrived. It is also told, on the node the client called,
+// of every call or session stream refused for its credentials, by reason
+// (RefusalReasons). internal/metrics implements it.
 type Observer interface {
 	Requested(namespace string, session, requestID uint64, start time.Time, r fsm.Result)
 	Freed(start time.Time, ap fsm.Applied)
+	Refused(reason string)
 }
 
 type nopObserver struct{}
 
 func (nopObserver) Requested(string, uint64, uint64, time.Time, fsm.Result) {}
 func (nopObserver) Freed(time.Time, fsm.Applied)                            {}
+func (nopObserver) Refused(string)                                          {}
 
 // Server serves lockcluster.v1 on one node.
 type Server struct {
@@ -112,6 +120,7 @@ type Server struct {
 	probes     prober               // probe.go
 	members    membership           // membership.go: join, leave, the member directory
 	callAudit  *auditor             // audits the calls on session streams
+	refusals   *refusalPacer        // paces the audit log's refusals (auditpace.go)
 	leaderless leaderless           // since when this node has known no leader (touch.go)
 	attaches   *attachGate          // admission.go
 	log        hclog.Logger
@@ -151,6 +160,7 @@ func New(cfg Config) *Server {
 	s.nsRate = newRateLimiter[string](cfg.NamespaceRate, cfg.NamespaceBurst)
 	s.refusal = newRateLimiter[string](cfg.RefusalRate, int(cfg.RefusalRate))
 	s.gate.init()
+	s.refusals = newRefusalPacer(cfg.AuditRefusalInterval, s.log.Named("audit"))
 	s.callAudit = &auditor{s: s, log: s.log.Named("audit"), admin: cfg.IsAdmin}
 	return s
 }
@@ -184,8 +194,9 @@ func (s *Server) Register(g *grpc.Server) {
 func (s *Server) Run(ctx context.Context, node Replica) {
 	s.node.Store(&replicaCell{node})
 	var wg sync.WaitGroup
-	wg.Add(5)
+	wg.Add(6)
 	go func() { defer wg.Done(); s.live.Run(ctx) }()
+	go func() { defer wg.Done(); s.refusals.run(ctx, s.cfg.Now) }()
 	go func() { defer wg.Done(); s.followLeadership(ctx) }()
 	go func() { defer wg.Done(); s.members.register(ctx) }()
 	go func() { defer wg.Done(); s.probeMembers(ctx) }()
