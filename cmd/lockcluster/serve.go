@@ -46,6 +46,7 @@ type serveConfig struct {
 	namespaceRate                             float64
 	refusalRate                               float64
 	namespaceBurst                            int64
+	namespaceBytesRate, namespaceBytesBurst   int64
 	streamBacklog                             int64
 	limits                                    limitSettings
 	auth                                      auth.Config // from the file's auth section only
@@ -100,8 +101,10 @@ func (c *serveConfig) settings() []setting {
 		{key: "max-message-bytes", usage: "largest gRPC message accepted", num: &c.maxMessage},
 		{key: "session-rate", usage: "writes per second one session may make through this node (0: no limit)", float: &c.sessionRate},
 		{key: "session-burst", usage: "writes a session may make at once above session-rate", num: &c.sessionBurst},
-		{key: "namespace-rate", usage: "writes per second one namespace may put in the log, checked by the leader (0: no limit)", float: &c.namespaceRate},
+		{key: "namespace-rate", usage: "writes per second one namespace may put in the log, checked by the node a client calls and by the leader (0: no limit)", float: &c.namespaceRate},
 		{key: "namespace-burst", usage: "writes a namespace may make at once above namespace-rate", num: &c.namespaceBurst},
+		{key: "namespace-bytes-rate", usage: "bytes of log entries per second one namespace may put in the log (a request of 64 names of 1 KiB is 64 KiB), checked by the node a client calls and by the leader (0: no limit)", num: &c.namespaceBytesRate},
+		{key: "namespace-bytes-burst", usage: "bytes of log entries a namespace may write at once above namespace-bytes-rate", num: &c.namespaceBytesBurst},
 		{key: "refusal-rate", usage: "refusals over a limit one namespace gets at once per second on this node; further ones wait (up to 1s) before they are answered (0: no pacing)", float: &c.refusalRate},
 		{key: "stream-backlog-bytes", usage: "bytes of events a session stream may fall behind before it is cut (its client resynchronises)", num: &c.streamBacklog},
 		{key: "limit-name-bytes", usage: "cluster limit: bytes in a lock name", num: &c.limits.nameBytes},
@@ -124,7 +127,7 @@ func defaultServeConfig() *serveConfig {
 		heartbeat: 500 * time.Millisecond, election: 500 * time.Millisecond, lease: 500 * time.Millisecond, logLevel: "info", logFormat: "text",
 		checkpointEvery: raftnode.DefaultCheckpointInterval, logStore: raftnode.LogStoreWAL, checkpointEntries: raftnode.DefaultCheckpointEntries,
 		maxMessage: 4 << 20, streamBacklog: server.DefaultStreamBacklogBytes, sessionRate: 5000, sessionBurst: 10000, auditRefusalInterval: server.DefaultAuditRefusalInterval,
-		namespaceRate: 50000, namespaceBurst: 100000, refusalRate: 1000, limits: defaultLimits(), gcHeadroom: "256MiB"}
+		namespaceRate: 50000, namespaceBurst: 100000, namespaceBytesRate: 8 << 20, namespaceBytesBurst: 16 << 20, refusalRate: 1000, limits: defaultLimits(), gcHeadroom: "256MiB"}
 }
 
 func newServe() *cobra.Command { return serveCommand(defaultServeConfig()) }
@@ -266,6 +269,10 @@ func (c *serveConfig) run() error {
 	cfg.Server.AuditRefusalInterval = c.auditRefusalInterval
 	cfg.Server.SessionRate, cfg.Server.SessionBurst = c.sessionRate, int(c.sessionBurst)
 	cfg.Server.NamespaceRate, cfg.Server.NamespaceBurst = c.namespaceRate, int(c.namespaceBurst)
+	if c.namespaceBytesRate < 0 || c.namespaceBytesBurst < 0 {
+		return &exitError{code: exitUsage, msg: fmt.Sprintf("--namespace-bytes-rate=%d, --namespace-bytes-burst=%d: want sizes of 0 or more", c.namespaceBytesRate, c.namespaceBytesBurst)}
+	}
+	cfg.Server.NamespaceBytesRate, cfg.Server.NamespaceBytesBurst = float64(c.namespaceBytesRate), int(c.namespaceBytesBurst)
 	cfg.Server.RefusalRate = c.refusalRate
 	if c.streamBacklog <= 0 || c.streamBacklog > math.MaxInt32 {
 		return &exitError{code: exitUsage, msg: fmt.Sprintf("--stream-backlog-bytes=%d: want a positive size under 2 GiB", c.streamBacklog)}

@@ -73,7 +73,12 @@
 // Namespace names are a label of several metrics. Their cardinality is
 // bounded only by how many namespaces the cluster serves: that is the
 // operator's concern (the configured namespaces when auth is on; with auth
-// off any client can create namespaces, and with them series).
+// off any client can create namespaces, and with them series). The
+// counters of writes refused before the log and of session streams cut,
+// per namespace (lockcluster_namespace_refusals_total,
+// lockcluster_stream_cuts_total: counted on the node that decided, sum
+// them over nodes), name at most 100 namespaces, each with live sessions
+// when first counted; the rest count under namespace "" (limits.go).
 //
 // This package is implementation, not API: it makes no compatibility
 // promise, and it exports only what other lockcluster packages use. The
@@ -102,6 +107,7 @@ type Metrics struct {
 	grpc    *grpcprom.ServerMetrics
 	rec     *recorder
 	latency *latency
+	limits  *limitCounters
 	refused *prometheus.CounterVec // refusals.go
 }
 
@@ -147,9 +153,11 @@ func New(m *fsm.Machine, opts ...Option) *Metrics {
 	)
 	rec.register(reg)
 	lat.register(reg)
+	lim := newLimitCounters(m)
+	lim.register(reg)
 	refused := newRefused()
 	reg.MustRegister(refused)
-	return &Metrics{reg: reg, grpc: gm, rec: rec, latency: lat, refused: refused}
+	return &Metrics{reg: reg, grpc: gm, rec: rec, latency: lat, refused: refused, limits: lim}
 }
 
 // registry is the node's registry, for tests.

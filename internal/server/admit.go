@@ -19,7 +19,8 @@ import (
 // is refused), the replicated limits, the session's secret (a session is a
 // capability: SPEC §10), the refusals the applied state makes certain
 // (sessions per namespace, pending per session), the per-session and
-// per-namespace write rates; then copies of one (session, request id) that
+// per-namespace write rates (entries and bytes, decided on the node the
+// client called: quota.go); then copies of one (session, request id) that
 // arrive together propose once. The FSM keeps its own checks: a request
 // can race with the entries before it.
 
@@ -89,33 +90,34 @@ func (s *Server) admit(ctx context.Context, cmd fsm.Command, secret []byte) erro
 	case adm.Class != fsm.SessionSecret && adm.Class != fsm.Exempt:
 		return toStatus(fmt.Errorf("internal error: %T has admission class %s, which the gate does not know: refused", cmd, adm.Class))
 	}
+	ns := namespaceOf(cmd)
 	if err := s.m.Limits().Check(cmd); err != nil {
-		return toStatus(err)
+		return s.refusedBy(ns, RefusedSize, toStatus(err))
 	}
 	if scoped {
 		// An admin may act without the secret; audit.go logs it.
 		adminActs := adm.AdminMay && len(secret) == 0 && s.adminCaller(ctx)
 		if !adminActs {
 			if err := s.checkSecret(ctx, id, idNS, secret); err != nil {
-				return err
+				return s.refusedBy(ns, RefusedSessionSecret, err)
 			}
 		}
 	}
 	if err := s.m.Precheck(cmd); err != nil {
-		return toStatus(err)
+		reason := RefusedPending
+		if _, open := cmd.(*fsm.OpenSession); open {
+			reason = RefusedSessions
+		}
+		return s.refusedBy(ns, reason, toStatus(err))
 	}
 	if scoped && !s.rate.allow(id, s.cfg.Now()) {
+		s.refused(ns, RefusedSessionRate)
 		return toStatus(&fsm.Error{Code: fsm.CodeLimit,
 			Msg: fmt.Sprintf("session %d is over the request rate limit of %g per second (burst %g): slow down", id, s.rate.rate, s.rate.burst)})
 	}
-	if node := s.replica(); node != nil && node.IsLeader() {
-		ns := namespaceOf(cmd)
-		if !s.nsRate.allow(ns, s.cfg.Now()) {
-			return toStatus(&fsm.Error{Code: fsm.CodeLimit,
-				Msg: fmt.Sprintf("namespace %s is over its write rate limit of %g per second (burst %g): slow down", strconv.Quote(ns), s.nsRate.rate, s.nsRate.burst)})
-		}
-	}
-	return nil
+	// On every node, a follower too: see quota.go for why a follower's
+	// refusal is never wrong.
+	return s.takeQuota(cmd)
 }
 
 // pace waits before a limit refusal of namespace ns once the namespace is
@@ -204,6 +206,7 @@ func (s *Server) reserveOpen(c *fsm.OpenSession) (release func(), err error) {
 	defer g.mu.Unlock()
 	n := s.m.SessionsIn(c.Namespace) + g.opening[c.Namespace]
 	if n >= lim {
+		s.refused(c.Namespace, RefusedSessions)
 		return nil, toStatus(&fsm.Error{Code: fsm.CodeLimit,
 			Msg: fmt.Sprintf("namespace %s has %d sessions (open or opening), the limit", strconv.Quote(c.Namespace), n)})
 	}

@@ -278,6 +278,9 @@ type fakeCluster struct {
 	lis   map[string]*bufconn.Listener
 	// touches counts the Touch calls each node's server received.
 	touches map[string]*atomic.Int64
+	// forwarded counts the Locks calls (writes, reads) each node received
+	// forwarded by another.
+	forwarded map[string]*atomic.Int64
 }
 
 type fakeNode struct {
@@ -303,7 +306,7 @@ type fakeOptions struct {
 // node's record is in the member directory (forwarding needs it).
 func newFakeCluster(t testing.TB, n int, o fakeOptions) *fakeCluster {
 	t.Helper()
-	fc := &fakeCluster{t: t, log: &fakeLog{leader: "n1", term: 1}, clock: newFakeClock(), lis: map[string]*bufconn.Listener{}, touches: map[string]*atomic.Int64{}}
+	fc := &fakeCluster{t: t, log: &fakeLog{leader: "n1", term: 1}, clock: newFakeClock(), lis: map[string]*bufconn.Listener{}, touches: map[string]*atomic.Int64{}, forwarded: map[string]*atomic.Int64{}}
 	dial := grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
 		l := fc.lis[addr]
 		if l == nil {
@@ -318,6 +321,7 @@ func newFakeCluster(t testing.TB, n int, o fakeOptions) *fakeCluster {
 		id := fmt.Sprintf("n%d", i)
 		fc.lis["api-"+id] = bufconn.Listen(1 << 20)
 		fc.touches[id] = &atomic.Int64{}
+		fc.forwarded[id] = &atomic.Int64{}
 	}
 	for i := 1; i <= n; i++ {
 		id := fmt.Sprintf("n%d", i)
@@ -333,11 +337,14 @@ func newFakeCluster(t testing.TB, n int, o fakeOptions) *fakeCluster {
 		srv := New(cfg)
 		rep := &fakeReplica{log: fc.log, id: id, addr: "raft-" + id, m: m, sink: srv.Apply, subs: map[chan bool]struct{}{}}
 		fc.log.reps = append(fc.log.reps, rep)
-		touches := fc.touches[id]
+		touches, forwarded := fc.touches[id], fc.forwarded[id]
 		down := &atomic.Bool{}
 		g := grpc.NewServer(append(DecodeOptions(), grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 			if info.FullMethod == pb.Cluster_Touch_FullMethodName {
 				touches.Add(1)
+			}
+			if isForwarded(ctx) && isLocksCall(info.FullMethod) {
+				forwarded.Add(1)
 			}
 			if down.Load() {
 				return nil, status.Error(codes.Unavailable, "fake node is down")

@@ -35,17 +35,39 @@ func newRateLimiter[K comparable](rate float64, burst int) *rateLimiter[K] {
 
 // allow takes one token from key's bucket.
 func (r *rateLimiter[K]) allow(key K, now time.Time) bool {
+	ok, _ := r.take(key, now, 1)
+	return ok
+}
+
+// take takes n tokens from key's bucket, or none when it holds fewer: then
+// it also says how long until it holds n. A cost over the burst is charged
+// as the burst (a full bucket): it passes once the bucket has refilled.
+func (r *rateLimiter[K]) take(key K, now time.Time, n float64) (bool, time.Duration) {
 	if r == nil {
-		return true
+		return true, 0
 	}
+	n = min(n, r.burst)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	b := r.refill(key, now)
-	if b.tokens < 1 {
-		return false
+	if b.tokens < n {
+		return false, time.Duration((n - b.tokens) / r.rate * float64(time.Second))
 	}
-	b.tokens--
-	return true
+	b.tokens -= n
+	return true, 0
+}
+
+// refund gives back n tokens that take took for a call refused after all.
+func (r *rateLimiter[K]) refund(key K, n float64) {
+	if r == nil {
+		return
+	}
+	n = min(n, r.burst)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if b := r.b[key]; b != nil {
+		b.tokens = min(r.burst, b.tokens+n)
+	}
 }
 
 // delay takes one token from key's bucket, going into debt when it is

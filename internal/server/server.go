@@ -50,10 +50,15 @@ type Config struct {
 	SessionRate  float64
 	SessionBurst int
 	// NamespaceRate bounds the writes per second one namespace may put in
-	// the log, checked by the leader (0: no bound); NamespaceBurst is the
-	// burst allowed above it.
-	NamespaceRate  float64
-	NamespaceBurst int
+	// the log (0: no bound); NamespaceBurst is the burst allowed above it.
+	// NamespaceBytesRate bounds the bytes of entries (fsm.EntryBytes) per
+	// second one namespace may put in the log (0: no bound), with a burst
+	// of NamespaceBytesBurst bytes. Each node checks the writes its clients
+	// send it, the leader all of them again (quota.go).
+	NamespaceRate       float64
+	NamespaceBurst      int
+	NamespaceBytesRate  float64
+	NamespaceBytesBurst int
 	// RefusalRate paces the refusals over a limit of one namespace on this
 	// node: past this many a second (and a burst of as many), each further
 	// refusal is answered only after a wait (at most a second) instead of
@@ -114,7 +119,8 @@ type Server struct {
 	hub        *hub
 	peers      *peers
 	rate       *rateLimiter[uint64] // per session
-	nsRate     *rateLimiter[string] // per namespace, on the leader
+	nsRate     *rateLimiter[string] // per namespace (quota.go)
+	nsBytes    *rateLimiter[string] // bytes per namespace (quota.go)
 	refusal    *rateLimiter[string] // paces a namespace's limit refusals
 	gate       gate                 // admit.go
 	probes     prober               // probe.go
@@ -158,6 +164,7 @@ func New(cfg Config) *Server {
 		Tick: cfg.SessionTick, Flush: cfg.HeartbeatFlush, Logger: cfg.Logger.Named("session"), Now: cfg.Now})
 	s.rate = newRateLimiter[uint64](cfg.SessionRate, cfg.SessionBurst)
 	s.nsRate = newRateLimiter[string](cfg.NamespaceRate, cfg.NamespaceBurst)
+	s.nsBytes = newRateLimiter[string](cfg.NamespaceBytesRate, cfg.NamespaceBytesBurst)
 	s.refusal = newRateLimiter[string](cfg.RefusalRate, int(cfg.RefusalRate))
 	s.gate.init()
 	s.refusals = newRefusalPacer(cfg.AuditRefusalInterval, s.log.Named("audit"))

@@ -101,6 +101,7 @@ func (s *Server) Session(stream pb.Locks_SessionServer) error {
 				}
 			}
 		case <-sub.gone:
+			s.streamCut(at.Namespace) // counted per namespace (quota.go)
 			return rpcerr.StreamBehind("the session's event stream fell too far behind: reconnect to resynchronise")
 		case m := <-acks:
 			if m == nil {
