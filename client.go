@@ -34,6 +34,8 @@ type config struct {
 	token     string
 	// unaryWrites keeps requests, releases and aborts off the session stream.
 	unaryWrites bool
+	// deadlineFunc hears every move of the jeopardy deadline (WithDeadlineFunc).
+	deadlineFunc func(time.Time)
 }
 
 // dialOptions are the gRPC options the config asks for: TLS or plaintext,

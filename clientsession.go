@@ -138,10 +138,50 @@ func (s *clientSession) end(cause error) bool {
 var monoBase = time.Now()
 
 // setDeadline sets the jeopardy deadline from the send time of the last
-// acknowledged heartbeat (session/DESIGN.md, "The timeline"). Called with
-// s.mu held, or before s is shared.
+// acknowledged heartbeat (session/DESIGN.md, "The timeline"), and tells
+// WithDeadlineFunc's f. Called with s.mu held, or before s is shared: the
+// calls of f come in order.
 func (s *clientSession) setDeadline(acked time.Time) {
-	s.deadline.Store(int64(acked.Add(s.ttl).Sub(monoBase)))
+	d := acked.Add(s.ttl).Sub(monoBase)
+	s.deadline.Store(int64(d))
+	if f := s.c.cfg.deadlineFunc; f != nil {
+		f(monoBase.Add(d))
+	}
+}
+
+// JeopardyDeadline is the current session's jeopardy deadline: the send
+// time of its last acknowledged heartbeat plus its TTL. Unless a later
+// heartbeat is acknowledged first, the client gives up every lock of the
+// session at that instant (their contexts end), and the cluster cannot
+// expire the session, let alone grant its locks to anyone else, before it
+// (session/DESIGN.md, "The timeline"). Whatever must stop before another
+// holder can start (a job the lock protects) must stop by then.
+//
+// The time carries a monotonic clock reading: measure it with time.Until,
+// not against the wall clock. It is the zero Time when the client has no
+// live session (closed, or the last one lost and no new one opened yet).
+func (c *Client) JeopardyDeadline() time.Time {
+	s, _ := c.live()
+	if s == nil {
+		return time.Time{}
+	}
+	return monoBase.Add(time.Duration(s.deadline.Load()))
+}
+
+// WithDeadlineFunc has f called with the new jeopardy deadline (see
+// Client.JeopardyDeadline) each time it moves: when a session opens, and
+// at every acknowledged heartbeat that moves it forward. Calls come one at
+// a time, in order, from the client's own goroutines (the first from
+// Dial's), while the session's state is locked: f must return at once and
+// must not call the Client. Within a session each deadline is later than
+// the one before; a new session (after a loss) starts its own.
+//
+// A process that hands the deadline to another one (a watchdog that must
+// act even when this process is stopped) should convert it on its side of
+// the hand-off: the other process cannot read this one's monotonic clock
+// reading.
+func WithDeadlineFunc(f func(deadline time.Time)) Option {
+	return func(c *config) { c.deadlineFunc = f }
 }
 
 // overdue says whether the session's jeopardy deadline has passed (the

@@ -20,6 +20,7 @@ import (
 func newElect(g *globals) *cobra.Command {
 	var value string
 	var grace, ttl, timeout time.Duration
+	var waitChildren bool
 	cmd := &cobra.Command{
 		Use:   "elect NAME --value V [-- CMD [ARGS...]]",
 		Short: "Campaign for leadership of NAME; run CMD while leader",
@@ -27,8 +28,10 @@ func newElect(g *globals) *cobra.Command {
 the exclusive lock NAME, in order; the holder leads. Its value (--value) is its
 session's label, so 'lockcluster query' and 'lockcluster observe NAME' show it.
 
-With CMD, the leader runs it as 'lockcluster lock' does (a process group of its
-own; stopped when leadership is lost; exit statuses as lock's). Without CMD,
+With CMD, the leader runs it as 'lockcluster lock' does (a job of its own,
+process group and cgroup; stopped when leadership is lost, and by a guard
+process at the session's jeopardy deadline if this process is stopped or
+stuck; exit statuses as lock's). Without CMD,
 the leader prints its value and holds leadership until interrupted.`,
 		Example: `  lockcluster elect scheduler --value "$(hostname)" -- ./scheduler
   lockcluster observe scheduler`,
@@ -43,7 +46,7 @@ the leader prints its value and holds leadership until interrupted.`,
 			if err := g.checkOutput(); err != nil {
 				return err
 			}
-			r := &lockRun{g: g, name: args[0], timeout: timeout, grace: grace, ttl: ttl, label: value, argv: args[1:]}
+			r := &lockRun{g: g, name: args[0], timeout: timeout, grace: grace, ttl: ttl, label: value, waitChildren: waitChildren, argv: args[1:]}
 			if len(r.argv) == 0 {
 				r.verbose = true // say when elected
 			}
@@ -53,8 +56,9 @@ the leader prints its value and holds leadership until interrupted.`,
 	f := cmd.Flags()
 	f.StringVar(&value, "value", "", "this candidate's value, shown to observers (required)")
 	f.DurationVar(&timeout, "timeout", 0, "give up campaigning after this long (exit 73); 0: wait forever")
-	f.DurationVar(&grace, "grace", 10*time.Second, "after SIGTERM, how long CMD has before SIGKILL")
+	f.DurationVar(&grace, "grace", 10*time.Second, "after SIGTERM, how long the job has before SIGKILL (at most --ttl/4 once leadership is lost or in jeopardy)")
 	f.DurationVar(&ttl, "ttl", 10*time.Second, "session TTL: how long the cluster waits for a silent candidate")
+	f.BoolVar(&waitChildren, "wait-children", false, "when CMD exits, wait for what it left running, still leading, instead of stopping it")
 	return cmd
 }
 

@@ -20,7 +20,7 @@ import (
 
 func newLock(g *globals) *cobra.Command {
 	var mode string
-	var ifAvailable, steal bool
+	var ifAvailable, steal, waitChildren bool
 	var timeout, grace, ttl time.Duration
 	var scope []string
 	var verbose bool
@@ -30,12 +30,28 @@ func newLock(g *globals) *cobra.Command {
 		Long: `Run CMD while holding the lock NAME, like 'etcdctl lock' or 'consul lock'.
 CMD sees LOCKCLUSTER_LOCK_NAME and LOCKCLUSTER_LOCK_TOKEN (the fencing token:
 pass it to whatever the lock protects, so that it can refuse a stale holder).
-The lock is released when CMD exits.
+The lock covers the whole job: CMD and everything it starts.
 
-CMD runs in a process group of its own: if the lock is lost while CMD runs
-(stolen, or the session lost), the whole group (a shell pipeline and what it
-started in the background) gets SIGTERM, then SIGKILL after --grace. If
-'lockcluster lock' itself dies (kill -9), the group is killed at once.
+CMD runs in a process group of its own and, on Linux, in a cgroup of its own
+where one can be made (a writable cgroup v2 hierarchy; elsewhere lockcluster
+becomes the subreaper of CMD's descendants, and --verbose says so): a shell
+pipeline, its background jobs and what they start with setsid are all part of
+the job. When CMD exits, whatever of the job is left gets SIGTERM, then SIGKILL
+after --grace, and the lock is released once all of it is gone; with
+--wait-children lockcluster waits for it instead, holding the lock.
+
+A guard process stops the job before anyone else can be granted the lock: it
+holds the session's jeopardy deadline J (the send time of the last
+acknowledged heartbeat plus --ttl; the cluster cannot expire the session
+before J + TTL/10), and unless lockcluster hands it a later one in time -
+lockcluster is stopped (kill -STOP), starved, stuck, or cut off from the
+cluster - it sends the whole job SIGTERM at J minus the grace and SIGKILL at
+J, the grace being --grace but at most a quarter of --ttl. lockcluster itself
+does the same. If the lock is stolen, the job gets SIGTERM, then SIGKILL after
+that grace. If 'lockcluster lock' dies (kill -9), the guard kills the job at
+once. Only what stops the guard too (a paused virtual machine) escapes it:
+pass the fencing token on, so that a stale holder can be refused.
+
 HUP, INT, QUIT, TERM, USR1, USR2, WINCH and ALRM are passed on to the group;
 before the grant, HUP, INT, QUIT and TERM abort the request.
 
@@ -43,8 +59,9 @@ before the grant, HUP, INT, QUIT and TERM abort the request.
 session and waiting in the queue. When no endpoint accepts a connection
 within 2s the command exits 69 at once.
 
-Exit status: CMD's own; 75 when --if-available finds the lock taken; 74 when
-the lock was lost while CMD ran; 73 when --timeout passed before the grant;
+Exit status: CMD's own; 75 when --if-available finds the lock taken (silently:
+--verbose says who holds it); 74 when the lock was lost, or in jeopardy, while
+the job ran (the job was stopped); 73 when --timeout passed before the grant;
 69 when no endpoint answered; 77 when a credential was refused; 2 for bad
 usage; 1 for other errors.`,
 		Example: `  lockcluster lock backup -- ./backup.sh
@@ -69,17 +86,18 @@ usage; 1 for other errors.`,
 			if err := g.checkOutput(); err != nil {
 				return err
 			}
-			r := &lockRun{g: g, name: args[0], opts: opts, timeout: timeout, grace: grace, ttl: ttl, verbose: verbose, argv: args[1:]}
+			r := &lockRun{g: g, name: args[0], opts: opts, timeout: timeout, grace: grace, ttl: ttl, verbose: verbose, waitChildren: waitChildren, argv: args[1:]}
 			return r.run()
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&mode, "mode", "exclusive", "exclusive or shared")
-	f.BoolVar(&ifAvailable, "if-available", false, "do not wait: exit 75 if the lock is taken")
+	f.BoolVar(&ifAvailable, "if-available", false, "do not wait: exit 75, silently, if the lock is taken")
 	f.BoolVar(&steal, "steal", false, "take the lock from its holders (they lose it)")
 	f.DurationVar(&timeout, "timeout", 0, "deadline for reaching the cluster, opening a session and the grant (exit 73); 0: wait forever")
-	f.BoolVarP(&verbose, "verbose", "v", false, "say who holds the lock while waiting, and the grant")
-	f.DurationVar(&grace, "grace", 10*time.Second, "after SIGTERM, how long CMD has before SIGKILL")
+	f.BoolVarP(&verbose, "verbose", "v", false, "say who holds the lock (while waiting, or when --if-available finds it taken), the grant, and how the job is contained")
+	f.DurationVar(&grace, "grace", 10*time.Second, "after SIGTERM, how long the job has before SIGKILL (at most --ttl/4 once the lock is lost or in jeopardy)")
+	f.BoolVar(&waitChildren, "wait-children", false, "when CMD exits, wait for what it left running, holding the lock, instead of stopping it")
 	f.DurationVar(&ttl, "ttl", 10*time.Second, "session TTL: how long the cluster waits for a silent client")
 	f.StringSliceVar(&scope, "scope", nil, "more names to lock together with NAME, atomically")
 	return cmd
@@ -94,8 +112,12 @@ type lockRun struct {
 	grace   time.Duration
 	ttl     time.Duration
 	verbose bool
-	label   string   // the session's label (elect: the candidate's value); "": host:pid
-	argv    []string // empty: hold the lock until a signal (elect without CMD)
+	// waitChildren: when CMD exits, wait for the rest of its job instead
+	// of stopping it.
+	waitChildren bool
+	label        string   // the session's label (elect: the candidate's value); "": host:pid
+	argv         []string // empty: hold the lock until a signal (elect without CMD)
+	feed         *deadlineFeed
 }
 
 // unreachableAfter is how long 'lock' tries to reach any endpoint before it
@@ -163,7 +185,8 @@ func (r *lockRun) run() error {
 		dctx, cancel = context.WithTimeout(base, g.timeout)
 		defer cancel()
 	}
-	dopts := []lockcluster.Option{lockcluster.WithTTL(r.ttl)}
+	r.feed = newDeadlineFeed()
+	dopts := []lockcluster.Option{lockcluster.WithTTL(r.ttl), lockcluster.WithDeadlineFunc(r.feed.set)}
 	if r.label != "" {
 		dopts = append(dopts, lockcluster.WithLabel(r.label))
 	}
@@ -183,7 +206,7 @@ func (r *lockRun) run() error {
 		c.Close(ctx)
 	}()
 	if r.verbose {
-		r.opts.OnQueued = func() { r.sayHolders(whole, c) }
+		r.opts.OnQueued = func() { r.sayHolders(whole, c, "queued", fmt.Sprintf("waiting for lock %q", name)) }
 	}
 	l, err := c.Acquire(whole, name, r.opts)
 	close(granted)
@@ -195,7 +218,12 @@ func (r *lockRun) run() error {
 	}
 	switch {
 	case errors.Is(err, lockcluster.ErrNotAvailable):
-		return &exitError{code: exitNotAvail, msg: fmt.Sprintf("lock %q is taken (--if-available)", name)}
+		// Silent, as flock -n: a cron job that finds its last run still
+		// going is not news (no mail every night).
+		if r.verbose {
+			r.sayHolders(base, c, "taken", fmt.Sprintf("lock %q is taken (--if-available)", name))
+		}
+		return &exitError{code: exitNotAvail}
 	case err != nil && r.timeout > 0 && errors.Is(whole.Err(), context.DeadlineExceeded):
 		return timedOut("still queued")
 	case err != nil:
@@ -227,13 +255,15 @@ func (r *lockRun) run() error {
 	return nil
 }
 
-// sayHolders tells who holds what the queued request waits for.
-func (r *lockRun) sayHolders(ctx context.Context, c *lockcluster.Client) {
+// sayHolders tells who holds what the request wanted (event "queued":
+// while it waits; "taken": --if-available found it held), each line
+// starting with what.
+func (r *lockRun) sayHolders(ctx context.Context, c *lockcluster.Client, event, what string) {
 	qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	q, err := c.Query(qctx)
 	if err != nil {
-		r.g.say("queued", fmt.Sprintf("waiting for lock %q (who holds it: %v)", r.name, err), map[string]any{"name": r.name, "error": err.Error()})
+		r.g.say(event, fmt.Sprintf("%s (who holds it: %v)", what, err), map[string]any{"name": r.name, "error": err.Error()})
 		return
 	}
 	wanted := map[string]bool{r.name: true}
@@ -251,8 +281,12 @@ func (r *lockRun) sayHolders(ctx context.Context, c *lockcluster.Client) {
 		if label == "" {
 			label = h.ClientID
 		}
-		r.g.say("queued", fmt.Sprintf("waiting for lock %q: held (%s) by %s, session %d, since %s (%s ago), token %d",
-			h.Name, h.Mode, label, h.SessionID, h.AcquiredAt.Local().Format(time.RFC3339), now.Sub(h.AcquiredAt).Round(time.Second), h.Token),
+		lead := what
+		if h.Name != r.name {
+			lead = fmt.Sprintf("%s (%q in its scope)", what, h.Name)
+		}
+		r.g.say(event, fmt.Sprintf("%s: held (%s) by %s, session %d, since %s (%s ago), token %d",
+			lead, h.Mode, label, h.SessionID, h.AcquiredAt.Local().Format(time.RFC3339), now.Sub(h.AcquiredAt).Round(time.Second), h.Token),
 			map[string]any{"name": h.Name, "holder": map[string]any{"label": h.Label, "clientId": h.ClientID, "sessionId": h.SessionID,
 				"mode": h.Mode, "token": h.Token, "acquiredAt": h.AcquiredAt}})
 	}
@@ -263,7 +297,11 @@ func (r *lockRun) sayHolders(ctx context.Context, c *lockcluster.Client) {
 				ahead++
 			}
 		}
-		r.g.say("queued", fmt.Sprintf("waiting for lock %q: queued behind %d request(s)", r.name, ahead), map[string]any{"name": r.name, "ahead": ahead})
+		if event == "taken" {
+			r.g.say(event, fmt.Sprintf("%s: no holder now, %d request(s) queued", what, ahead), map[string]any{"name": r.name, "ahead": ahead})
+			return
+		}
+		r.g.say(event, fmt.Sprintf("%s: queued behind %d request(s)", what, ahead), map[string]any{"name": r.name, "ahead": ahead})
 	}
 }
 
@@ -333,45 +371,223 @@ func (r *lockRun) hold(l *lockcluster.Lock, sig <-chan os.Signal) error {
 	}
 }
 
-// runChild runs the command while l is held. It returns the command's exit
-// status, or an error with status 74 when the lock was lost and the
-// command's process group was stopped.
+// stallEnv, set to a duration, makes runChild's control loop stop that long
+// after the command started, for good, as a deadlock would: the session
+// goes on (the client's goroutines heartbeat), but no deadline reaches the
+// guard any more, which must then stop the job on its own. Tests only.
+const stallEnv = "LOCKCLUSTER_TEST_STALL_AFTER"
+
+// runChild runs the command while l is held, and returns once its whole
+// job is gone: the command's exit status, or an error with status 74 when
+// the lock was lost, or in jeopardy, and the job was stopped.
+//
+// When the job is stopped, and how (deadman.go): SIGTERM at the jeopardy
+// deadline J minus stopGrace, SIGKILL at J; SIGTERM when the lock is lost
+// otherwise (stolen), SIGKILL stopGrace later or at J if sooner. When the
+// command exits while the lock is held, what it left running gets SIGTERM,
+// then SIGKILL after --grace (or, with --wait-children, is waited for).
 func (r *lockRun) runChild(l *lockcluster.Lock, sig <-chan os.Signal) (int, error) {
 	env := append(os.Environ(), "LOCKCLUSTER_LOCK_NAME="+strings.Join(l.Names(), ","), "LOCKCLUSTER_LOCK_TOKEN="+strconv.FormatUint(l.Token(), 10))
-	grp, err := startGroup(r.argv, env)
+	grace := stopGrace(r.grace, r.ttl)
+	j := r.feed.get() // the jeopardy deadline
+	sent := j         // the last deadline handed to the guard
+	grp, err := startGroup(r.argv, env, groupConfig{
+		cgroup:    os.Getenv(noCgroupEnv) == "",
+		deadline:  j,
+		stopGrace: grace,
+		note: func(s string) {
+			if r.verbose {
+				r.g.say("no-cgroup", s, map[string]any{"name": l.Name()})
+			}
+		},
+	})
 	if err != nil {
 		return 0, &exitError{code: 127, msg: fmt.Sprintf("cannot run %s: %v", r.argv[0], err)}
 	}
 	defer grp.finish()
-	var lost error
-	var kill *time.Timer
+
+	stopped := func() *time.Timer {
+		t := time.NewTimer(time.Hour)
+		t.Stop()
+		return t
+	}
+	at := func(t *time.Timer, when time.Time) { t.Reset(max(time.Until(when), 0)) }
+	// termT and killT: SIGTERM at J − grace, SIGKILL at J. stopT: SIGKILL
+	// when a stop begun otherwise is due (a lost lock, leftovers).
+	termT, killT, stopT := stopped(), stopped(), stopped()
+	defer termT.Stop()
+	defer killT.Stop()
+	defer stopT.Stop()
+	at(termT, j.Add(-grace))
+	at(killT, j)
+	var stopBy time.Time // when stopT fires; zero: not armed
+	stopAt := func(when time.Time) {
+		if stopBy.IsZero() || when.Before(stopBy) {
+			stopBy = when
+			at(stopT, when)
+		}
+	}
+	var stall <-chan time.Time
+	if d, err := time.ParseDuration(os.Getenv(stallEnv)); err == nil {
+		stall = time.After(d)
+	}
+	// Once the command has exited, the job is looked at every pollEvery,
+	// which grows from 5 ms to 200 ms: the kernel tells no one when the
+	// last process of a cgroup or a process group is gone.
+	poll, pollEvery := stopped(), 5*time.Millisecond
+	defer poll.Stop()
+	var polling <-chan time.Time
+
+	var (
+		status   int
+		exited   bool
+		lost     error  // why the lock ended, if it did
+		stopping string // why the job is being stopped: "lost", "jeopardy"; "": it is not
+	)
+	// stop stops the job for why: SIGTERM now, SIGKILL by killBy.
+	stop := func(why string, killBy time.Time) {
+		if stopping == "" {
+			stopping = why
+			termT.Stop()
+			grp.signalAll(syscall.SIGTERM)
+		}
+		stopAt(killBy)
+	}
+	// moved takes the latest deadline from the client and hands it to the
+	// guard; until the job is being stopped, the timers follow it.
+	moved := func() {
+		if n := r.feed.get(); n.After(j) {
+			j, sent = n, n
+			grp.deadline(j, grace)
+			if stopping == "" {
+				at(termT, j.Add(-grace))
+				at(killT, j)
+			}
+		}
+	}
 	lostCh := l.Done()
+	onLost := func() {
+		lostCh = nil
+		lost = context.Cause(l.Context())
+		if stopping == "" {
+			r.g.say("lost", fmt.Sprintf("lock %q lost (%v): stopping the job", l.Name(), lost), map[string]any{"name": l.Name(), "error": lost.Error()})
+		}
+		stop("lost", minTime(time.Now().Add(grace), j))
+		if exited {
+			grp.signalAll(syscall.SIGKILL) // what the command left: no grace
+		}
+	}
+	// inJeopardy stops the job if J − grace has passed (the guard does
+	// the same).
+	inJeopardy := func() {
+		moved()
+		if left := time.Until(j); stopping == "" && left <= grace {
+			r.g.say("jeopardy", fmt.Sprintf("lock %q in jeopardy: no heartbeat acknowledged for %s; stopping the job before the session can expire", l.Name(), (r.ttl-left).Round(time.Millisecond)),
+				map[string]any{"name": l.Name()})
+			stop("jeopardy", j)
+		}
+	}
 	for {
 		select {
 		case err := <-grp.done:
-			if lost != nil {
-				// Whatever the command left running goes too: the
-				// lock is gone.
-				kill.Stop()
-				grp.signal(syscall.SIGKILL)
-				return 0, &exitError{code: exitLost, msg: fmt.Sprintf("lock %q lost while the command ran (%v); the command was stopped", l.Name(), lost)}
+			exited = true
+			// After a pause (SIGSTOP) every timer is due at once, and
+			// this case may come first: the command's end may be the
+			// guard's doing. Look at the lock and the clock first.
+			guardDue := !time.Now().Before(sent.Add(-grace))
+			if lostCh != nil {
+				select {
+				case <-l.Done(): // checks the jeopardy deadline itself
+					onLost()
+				default:
+				}
+			}
+			inJeopardy()
+			if stopping == "" && guardDue {
+				// The guard acted on the last deadline it had: this
+				// process, too slow, handed it the next one too late.
+				r.g.say("jeopardy", fmt.Sprintf("lock %q: the guard stopped the job at its jeopardy deadline (no later deadline reached it in time)", l.Name()),
+					map[string]any{"name": l.Name()})
+				stopping = "jeopardy"
 			}
 			var ee *exec.ExitError
-			if errors.As(err, &ee) {
+			switch {
+			case errors.As(err, &ee):
 				if st, ok := ee.Sys().(syscall.WaitStatus); ok && st.Signaled() {
-					return 128 + int(st.Signal()), nil
+					status = 128 + int(st.Signal())
+				} else {
+					status = ee.ExitCode()
 				}
-				return ee.ExitCode(), nil
+			case err != nil:
+				return 0, err
 			}
-			return 0, err
+			switch {
+			case stopping != "":
+				// Whatever the command left running goes too, now.
+				grp.signalAll(syscall.SIGKILL)
+			case r.waitChildren:
+			case !grp.empty():
+				if r.verbose {
+					r.g.say("leftovers", fmt.Sprintf("the command exited (status %d): stopping what it left running before releasing lock %q", status, l.Name()), map[string]any{"name": l.Name(), "status": status})
+				}
+				grp.signalAll(syscall.SIGTERM)
+				stopAt(time.Now().Add(r.grace))
+			}
+			poll.Reset(0)
+			polling = poll.C
+		case <-polling:
+			if grp.empty() {
+				return r.outcome(l, status, stopping, lost, grace)
+			}
+			poll.Reset(pollEvery)
+			pollEvery = min(2*pollEvery, 200*time.Millisecond)
 		case s := <-sig:
 			grp.signal(s.(syscall.Signal)) // we exit with the command
+		case <-r.feed.moved:
+			moved()
+		case <-termT.C:
+			inJeopardy()
+		case <-killT.C:
+			moved()
+			switch {
+			case time.Now().Before(j):
+				if stopping == "" {
+					at(killT, j)
+				}
+			case stopping == "":
+				// No grace to give (--grace 0), or the loop was late.
+				r.g.say("jeopardy", fmt.Sprintf("lock %q in jeopardy: no heartbeat acknowledged for a whole TTL (%s); killing the job", l.Name(), r.ttl),
+					map[string]any{"name": l.Name()})
+				stopping = "jeopardy"
+				fallthrough
+			default:
+				grp.signalAll(syscall.SIGKILL)
+			}
+		case <-stopT.C:
+			stopBy = time.Time{}
+			grp.signalAll(syscall.SIGKILL)
 		case <-lostCh:
-			lostCh = nil
-			lost = context.Cause(l.Context())
-			r.g.say("lost", fmt.Sprintf("lock %q lost (%v): stopping the command", l.Name(), lost), map[string]any{"name": l.Name(), "error": lost.Error()})
-			grp.signal(syscall.SIGTERM)
-			kill = time.AfterFunc(r.grace, func() { grp.signal(syscall.SIGKILL) })
+			onLost()
+		case <-stall:
+			select {} // a deadlock, for stallEnv's tests
 		}
 	}
+}
+
+// outcome is runChild's result once the job is gone.
+func (r *lockRun) outcome(l *lockcluster.Lock, status int, stopping string, lost error, grace time.Duration) (int, error) {
+	switch {
+	case lost != nil:
+		return 0, &exitError{code: exitLost, msg: fmt.Sprintf("lock %q lost while the command ran (%v); the command was stopped", l.Name(), lost)}
+	case stopping == "jeopardy":
+		return 0, &exitError{code: exitLost, msg: fmt.Sprintf("lock %q was in jeopardy (no heartbeat acknowledged for TTL − %s, or none handed to the guard in time); the job was stopped before the session could expire", l.Name(), grace)}
+	}
+	return status, nil
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
