@@ -82,6 +82,8 @@ var admissions = map[reflect.Type]Admission{
 		Reason: "proposed by a new leader from its own configuration, by no RPC"},
 	cmdType[SetMember](): {Class: NodeOnly,
 		Reason: "the member directory: proposed by the leader for itself and by the Cluster service's Join and Leave, which need an admin credential when auth is on"},
+	cmdType[SetClusterSecret](): {Class: NodeOnly,
+		Reason: "the cluster secret: proposed by a leader whose state has none (or for a member that lacks it), by no RPC; it is never a client's to set"},
 	cmdType[unknownEntry](): {Class: NodeOnly,
 		Reason: "made only by decoding an ignorable entry of a type this node does not know; never proposed (EncodeEntry cannot encode it)"},
 }

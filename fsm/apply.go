@@ -23,6 +23,8 @@ func (a *applier) apply(cmd Command) Result {
 		return a.setLimits(c)
 	case *SetMember:
 		return a.setMember(c)
+	case *SetClusterSecret:
+		return a.setClusterSecret(c)
 	case *unknownEntry:
 		return Result{Status: statusIgnored}
 	case nil:

@@ -14,12 +14,14 @@ const (
 	typeAbort         EntryType = 6
 	typeSetLimits     EntryType = 7
 	typeSetMember     EntryType = 8
+	typeClusterSecret EntryType = 9
 )
 
 var typeNames = map[EntryType]string{
 	typeOpenSession: "OpenSession", typeCloseSession: "CloseSession",
 	typeExpireSession: "ExpireSession", typeRequest: "Request", typeRelease: "Release",
 	typeAbort: "Abort", typeSetLimits: "SetLimits", typeSetMember: "SetMember",
+	typeClusterSecret: "SetClusterSecret",
 }
 
 func (t EntryType) String() string {

@@ -42,7 +42,7 @@ func appendEntry(b []byte, e Entry) ([]byte, error) {
 	}
 	en := encoder{b: b}
 	var flags byte
-	if e.ignoreIfUnknown {
+	if _, ok := e.Cmd.(*SetClusterSecret); ok || e.ignoreIfUnknown { // clustersecret.go
 		flags |= flagIgnore
 	}
 	en.byte1(envelopeVersion)
@@ -110,6 +110,8 @@ func newCmd(t EntryType) Command {
 		return &SetLimits{}
 	case typeSetMember:
 		return &SetMember{}
+	case typeClusterSecret:
+		return &SetClusterSecret{}
 	}
 	return nil
 }
@@ -171,6 +173,8 @@ func encodeCmd(en *encoder, cmd Command) error {
 	case *SetMember:
 		encodeMember(en, &c.Member)
 		en.bool1(c.Remove)
+	case *SetClusterSecret:
+		en.str(c.Secret)
 	default:
 		return fmt.Errorf("fsm: cannot encode command %T", cmd)
 	}
@@ -211,6 +215,8 @@ func decodeCmd(d *decoder, cmd Command) {
 	case *SetMember:
 		decodeMember(d, &c.Member)
 		c.Remove = d.bool1()
+	case *SetClusterSecret:
+		c.Secret = d.str()
 	}
 }
 

@@ -22,6 +22,7 @@ type Snap struct {
 	head      *session // the oldest session
 	spaces    []nsAt   // sorted by name in Encode
 	closed    []tombstone
+	secret    string // the cluster secret ("": none, or left out)
 }
 
 type nsAt struct {
@@ -51,7 +52,7 @@ func (m *Machine) begin() *Snap {
 	st := m.st
 	st.cow.active = true
 	sn := &Snap{m: m, st: st, lastIndex: st.lastIndex, limits: st.limits,
-		requests: len(st.requests), sessions: len(st.sessions), head: st.sessHead}
+		requests: len(st.requests), sessions: len(st.sessions), head: st.sessHead, secret: st.clusterSecret}
 	sn.members = make([]Member, 0, len(st.members))
 	for _, mb := range st.members {
 		sn.members = append(sn.members, mb)
@@ -103,7 +104,11 @@ func (sn *Snap) Encode() ([]byte, error) {
 	sort.Slice(sn.spaces, func(i, j int) bool { return sn.spaces[i].name < sn.spaces[j].name })
 	en := encoder{b: make([]byte, 0, 64+sn.requests*64+sn.sessions*48)}
 	en.b = append(en.b, snapMagic...)
-	en.uvarint(snapVersion)
+	version := uint64(snapVersion)
+	if sn.secret == "" {
+		version = 2 // the same without the cluster secret (snapshot.go)
+	}
+	en.uvarint(version)
 	en.uvarint(sn.lastIndex)
 	encodeLimits(&en, &sn.limits)
 	en.uvarint(uint64(len(sn.members)))
@@ -121,7 +126,18 @@ func (sn *Snap) Encode() ([]byte, error) {
 		en.str(t.ns)
 		en.str(t.secret)
 	}
+	if version >= 3 {
+		en.str(sn.secret)
+	}
 	return binary.LittleEndian.AppendUint32(en.b, crc32.Checksum(en.b, crcTable)), nil
+}
+
+// EncodeBackup is Encode without the cluster secret (clustersecret.go):
+// what a client may take away (SaveSnapshot). A cluster restored from it
+// draws a secret of its own.
+func (sn *Snap) EncodeBackup() ([]byte, error) {
+	sn.secret = ""
+	return sn.Encode()
 }
 
 // walk encodes the sessions and the namespaces under the read lock, which

@@ -10,7 +10,7 @@ import (
 	"io"
 )
 
-// The snapshot format, version 2 (every count and number a varint):
+// The snapshot format, version 3 (every count and number a varint):
 //
 //	"LCKSNAP\x00" version
 //	last index, limits, member directory by id, number of live requests
@@ -22,9 +22,13 @@ import (
 //	    order and the queues in creation order, each a list of requests
 //	    given by their position in the sessions above
 //	ended sessions' tombstones, oldest first: id namespace secret-hash
+//	the cluster secret (clustersecret.go)
 //	CRC-32C of all of the above, 4 bytes little endian
 //
-// Version 1 (still restored) has no secret hashes and no tombstones.
+// A state without a cluster secret is written as version 2, which has no
+// cluster secret and is otherwise the same, so that a node of the version
+// before can still restore it; so is a backup (Snap.EncodeBackup). Version
+// 1 (still restored) has no secret hashes and no tombstones either.
 //
 // Everything is written in an order fixed by the state itself, so equal
 // states have equal bytes and Digest is a hash of them.
@@ -32,7 +36,7 @@ import (
 var snapMagic = []byte("LCKSNAP\x00")
 
 const (
-	snapVersion    = 2
+	snapVersion    = 3
 	minSnapVersion = 1
 )
 
@@ -132,6 +136,12 @@ func decodeState(b []byte) (*state, error) {
 				return nil, fmt.Errorf("fsm: snapshot tombstone of session %d is malformed", t.id)
 			}
 			st.closed.add(t)
+		}
+	}
+	if d.version >= 3 {
+		st.clusterSecret = d.str()
+		if n := len(st.clusterSecret); d.err == nil && (n < minClusterSecret || n > maxClusterSecret) {
+			return nil, fmt.Errorf("fsm: snapshot has a malformed cluster secret (%d bytes)", n)
 		}
 	}
 	if d.err == nil && len(d.b) != 0 {

@@ -174,7 +174,7 @@ func TestRestoreRejectsBadSnapshots(t *testing.T) {
 	flipped := slices.Clone(good)
 	flipped[len(good)/2] ^= 0x10
 	version := slices.Clone(good)
-	version[len(snapMagic)] = 3
+	version[len(snapMagic)] = snapVersion + 1
 	for _, c := range []struct {
 		name, want string
 		r          io.Reader
@@ -184,7 +184,7 @@ func TestRestoreRejectsBadSnapshots(t *testing.T) {
 		{"truncated by half", "checksum", bytes.NewReader(good[:len(good)/2])},
 		{"flipped byte", "checksum", bytes.NewReader(flipped)},
 		{"garbage", "magic", strings.NewReader("this is not a snapshot, not at all")},
-		{"wrong version", "version 3", bytes.NewReader(withCRC(version))},
+		{"wrong version", fmt.Sprintf("version %d", snapVersion+1), bytes.NewReader(withCRC(version))},
 		{"read error", "disk on fire", iotest.ErrReader(errors.New("disk on fire"))},
 		{"half read", "unexpected EOF", io.MultiReader(bytes.NewReader(good[:20]), iotest.ErrReader(io.ErrUnexpectedEOF))},
 	} {

@@ -18,7 +18,10 @@ type state struct {
 	// learns that it ended, while any other caller is refused alike
 	// whether the session exists or not.
 	closed tombstones
-	cow    *cow // copy-on-write for the snapshot being encoded (cow.go)
+	// clusterSecret proves a call comes from a member ("": none yet;
+	// clustersecret.go).
+	clusterSecret string
+	cow           *cow // copy-on-write for the snapshot being encoded (cow.go)
 }
 
 type reqKey struct{ session, id uint64 }

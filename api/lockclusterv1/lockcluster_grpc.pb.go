@@ -409,7 +409,10 @@ type ClusterClient interface {
 	// Leave removes a member (also a dead one).
 	Leave(ctx context.Context, in *LeaveRequest, opts ...grpc.CallOption) (*LeaveResponse, error)
 	// Touch is internal: a follower forwards its clients' heartbeats to the
-	// leader in batches.
+	// leader in batches. Only a member of the cluster may call it: the call
+	// must carry the cluster secret (metadata lockcluster-cluster-secret,
+	// which the nodes share) or a client certificate that names a member;
+	// any other caller is refused, PermissionDenied, with auth on or off.
 	Touch(ctx context.Context, in *TouchRequest, opts ...grpc.CallOption) (*TouchResponse, error)
 	// SaveSnapshot streams a consistent snapshot of the replicated state, as
 	// the leader has it after a read barrier: a header first (its index and
@@ -508,7 +511,10 @@ type ClusterServer interface {
 	// Leave removes a member (also a dead one).
 	Leave(context.Context, *LeaveRequest) (*LeaveResponse, error)
 	// Touch is internal: a follower forwards its clients' heartbeats to the
-	// leader in batches.
+	// leader in batches. Only a member of the cluster may call it: the call
+	// must carry the cluster secret (metadata lockcluster-cluster-secret,
+	// which the nodes share) or a client certificate that names a member;
+	// any other caller is refused, PermissionDenied, with auth on or off.
 	Touch(context.Context, *TouchRequest) (*TouchResponse, error)
 	// SaveSnapshot streams a consistent snapshot of the replicated state, as
 	// the leader has it after a read barrier: a header first (its index and

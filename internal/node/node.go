@@ -153,6 +153,7 @@ func (n *Node) start() error {
 	scfg := n.cfg.Server
 	scfg.Machine, scfg.Logger, scfg.Observer = n.machine, n.log.Named("api"), n.metrics
 	scfg.IsAdmin = n.adminCall() // nil with auth off: no caller is an admin
+	scfg.NodeIdentity = n.authz.NodeIdentity
 	// Calls on session streams pass the interceptors unary calls pass.
 	scfg.CallInterceptor = chainCalls(n.metrics.CallInterceptor(), n.authz.Unary(), server.FenceUnary(func() error { return n.raft.Unfit() })) // n.raft is set below
 	rcfg := n.cfg.Raft
@@ -175,6 +176,8 @@ func (n *Node) start() error {
 	// Before auth: garbage is InvalidArgument (it names no namespace), and
 	// auth's refusals reach the audit log.
 	opts = append(opts, server.DecodeOptions()...)
+	// Before the audit log: a non-member's forwarding marks are gone.
+	opts = append(opts, n.srv.MemberOptions()...)
 	opts = append(opts, n.srv.AuditOptions()...)
 	opts = append(opts, n.serverOptions...)
 	// After auth: a diverged replica answers nothing from its state.

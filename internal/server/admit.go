@@ -30,9 +30,10 @@ import (
 const adminKey = "lockcluster-admin-caller"
 
 // adminCaller reports whether the call's caller holds an admin credential
-// (never with auth off).
+// (never with auth off; never for a call marked forwarded by a caller that
+// is not a member: member.go).
 func (s *Server) adminCaller(ctx context.Context) bool {
-	if s.cfg.IsAdmin == nil || !s.cfg.IsAdmin(ctx) {
+	if s.cfg.IsAdmin == nil || !s.cfg.IsAdmin(ctx) || unprovenRelay(ctx) {
 		return false
 	}
 	if !isForwarded(ctx) {

@@ -101,8 +101,11 @@ func (s *Server) Leave(ctx context.Context, req *pb.LeaveRequest) (*pb.LeaveResp
 
 // Touch renews the deadlines of sessions whose heartbeats reached a
 // follower (session liveness's Renew). Only the leader answers, once it
-// has re-armed.
+// has re-armed, and only to a member (member.go).
 func (s *Server) Touch(ctx context.Context, req *pb.TouchRequest) (*pb.TouchResponse, error) {
+	if err := s.memberOnly(ctx, "Cluster.Touch"); err != nil { // member.go
+		return nil, err
+	}
 	unknown, err := s.live.Renew(ctx, req.SessionIds...)
 	if err != nil {
 		return nil, toStatus(s.notLeader())

@@ -18,6 +18,12 @@
 // it. A leave is safe to retry from any point, and the leader removes the
 // directory's stale records (ids not in the configuration).
 //
+// member.go says which calls only the cluster's own nodes may make:
+// Cluster.Touch and the forwarding marks need the cluster secret (drawn by
+// the first leader, replicated in the fsm) or a member's client
+// certificate, with auth on or off (MemberOptions takes a non-member's
+// marks off).
+//
 // Its tests run without raft: fake_test.go implements Replica with an
 // in-memory log applied straight to each node's fsm.Machine and servers
 // talking gRPC over in-memory connections, with a fake clock; the tests

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	pb "github.com/lockcluster/lockcluster/api/lockclusterv1"
+	"github.com/lockcluster/lockcluster/internal/auth"
 	"github.com/lockcluster/lockcluster/raftnode"
 )
 
@@ -39,10 +40,14 @@ func isForwarded(ctx context.Context) bool {
 
 // forwardContext marks the call as forwarded and authenticates it: with the
 // node's own token when auth is on (mutual TLS authenticates by the node's
-// certificate), else with whatever the caller sent.
+// certificate), else with whatever the caller sent; and proves it comes
+// from a member with the cluster secret, once this node has it (member.go).
 func (s *Server) forwardContext(ctx context.Context) context.Context {
 	md, _ := metadata.FromIncomingContext(ctx)
 	out := metadata.Pairs(forwardedKey, s.cfg.Self.ID)
+	if secret := s.m.ClusterSecret(); secret != "" {
+		out.Set(auth.MemberSecretKey, auth.MemberSecretValue(secret))
+	}
 	if s.adminCaller(ctx) {
 		out.Set(adminKey, "1") // the leader trusts it from a node only
 	}

@@ -39,11 +39,14 @@ func (s *Server) followLeadership(ctx context.Context) {
 	}
 }
 
-// lead runs when this node becomes leader: once session liveness has
-// re-armed every session (after a read barrier, session/DESIGN.md), it
-// applies this node's limits, then makes sure the member directory has its
-// own record and no stale ones (membership.go).
+// lead runs when this node becomes leader: it draws the cluster secret if
+// the state has none (member.go), before the re-arm, so that the
+// followers' forwarded heartbeats are renewed from the first; once session
+// liveness has re-armed every session (after a read barrier,
+// session/DESIGN.md), it applies this node's limits, then makes sure the
+// member directory has its own record and no stale ones (membership.go).
 func (s *Server) lead(ctx context.Context) {
+	drawn := s.drawClusterSecret(ctx)
 	if err := s.live.Lead(ctx); err != nil {
 		return
 	}
@@ -60,6 +63,7 @@ func (s *Server) lead(ctx context.Context) {
 		}
 	}
 	s.members.lead(ctx)
+	s.keepDrawing(ctx, drawn)
 }
 
 // sessionLog is what session liveness reads of this node's log: for

@@ -69,6 +69,11 @@ type Config struct {
 	// on (nil, or auth off: never). An admin may release, abort or close
 	// any session without its secret; it is audited.
 	IsAdmin func(context.Context) bool
+	// NodeIdentity reports whether a client-certificate identity is one
+	// auth knows as a node's (its admin identities): beside an identity
+	// that names a member, such a certificate proves that a call comes
+	// from a member (member.go). nil: none.
+	NodeIdentity func(identity string) bool
 	// AuditRefusalInterval paces the audit log's refused credentials: per
 	// peer, the first few of an interval are written in full, the rest
 	// counted into one line at its end (default 10s; auditpace.go).
@@ -129,6 +134,7 @@ type Server struct {
 	refusals   *refusalPacer        // paces the audit log's refusals (auditpace.go)
 	leaderless leaderless           // since when this node has known no leader (touch.go)
 	attaches   *attachGate          // admission.go
+	member     memberState          // member.go: member-only calls, the cluster secret
 	log        hclog.Logger
 	done       chan struct{} // closed when Run returns: streams end
 }

@@ -43,8 +43,9 @@ func (s *Server) SaveSnapshot(req *pb.SaveSnapshotRequest, stream grpc.ServerStr
 		return toStatus(err)
 	}
 	// Encode returns, rather than panics with, a state that does not add up:
-	// a backup must not bring the node down.
-	data, err := s.m.BeginSnapshot().Encode()
+	// a backup must not bring the node down. A backup leaves the cluster
+	// secret out (fsm/clustersecret.go): reading it does not make a member.
+	data, err := s.m.BeginSnapshot().EncodeBackup()
 	if err != nil {
 		return toStatus(fmt.Errorf("internal error: %w", err))
 	}

@@ -91,7 +91,12 @@ func TestSaveSnapshotFromLeaderAndFollower(t *testing.T) {
 		if err := m.Restore(bytes.NewReader(data)); err != nil {
 			t.Fatalf("via %s: %v", via, err)
 		}
-		if m.Digest() != leader.m.Digest() || m.LastIndex() != h.Index || h.Index != leader.m.LastIndex() {
+		// A backup is the leader's state without the cluster secret.
+		backup, err := leader.m.BeginSnapshot().EncodeBackup()
+		if err != nil || m.ClusterSecret() != "" || leader.m.ClusterSecret() == "" {
+			t.Fatalf("via %s: the backup holds the cluster secret (%v)", via, err)
+		}
+		if m.Digest() != sha256.Sum256(backup) || m.LastIndex() != h.Index || h.Index != leader.m.LastIndex() {
 			t.Fatalf("via %s: restored index %d, header %d; the leader's state is at %d (or the digests differ)",
 				via, m.LastIndex(), h.Index, leader.m.LastIndex())
 		}

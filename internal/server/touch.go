@@ -5,6 +5,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	pb "github.com/lockcluster/lockcluster/api/lockclusterv1"
 	"github.com/lockcluster/lockcluster/raftnode"
 )
@@ -23,6 +26,9 @@ func (f forwarder) Touch(ctx context.Context, ids []uint64) ([]uint64, error) {
 		return nil, err
 	}
 	resp, err := pb.NewClusterClient(cc).Touch(f.s.forwardContext(ctx), &pb.TouchRequest{SessionIds: ids})
+	if status.Code(err) == codes.PermissionDenied {
+		f.s.warnRefused(err) // member.go
+	}
 	if err != nil {
 		return nil, err
 	}
