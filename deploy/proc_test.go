@@ -7,19 +7,19 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"sort"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/lockcluster/lockcluster/internal/proccluster"
+	"github.com/lockcluster/lockcluster/internal/testutil"
 )
 
 // These helpers run the deploy files for real: the binary built from
@@ -27,17 +27,9 @@ import (
 // unit or manifest gives it, its paths moved into a temporary directory
 // and its addresses onto loopback ports picked free.
 
-var (
-	binOnce sync.Once
-	binPath string
-	binErr  error
-)
-
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if binPath != "" {
-		os.RemoveAll(filepath.Dir(binPath))
-	}
+	testutil.RemoveBuilds()
 	os.Exit(code)
 }
 
@@ -47,33 +39,18 @@ func binary(t *testing.T) string {
 	if testing.Short() {
 		t.Skip("-short: runs lockcluster serve processes")
 	}
-	binOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "lockcluster-deploy-bin-")
-		if err != nil {
-			binErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "lockcluster")
-		out, err := exec.Command("go", "build", "-tags", "hashicorpmetrics", "-o", binPath, "../cmd/lockcluster").CombinedOutput()
-		if err != nil {
-			binErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if binErr != nil {
-		t.Fatal(binErr)
-	}
-	return binPath
+	return testutil.Build(t, "../cmd/lockcluster")
 }
 
-// freePort is a loopback port nothing listens on now.
+// freePort is a loopback port nothing listens on now, from proccluster's
+// range, where neither ephemeral ports nor other tests' nodes take it.
 func freePort(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := proccluster.FreeAddr("127.0.0.1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return addr
 }
 
 // addrMap rewrites the addresses of deploy files onto loopback: each

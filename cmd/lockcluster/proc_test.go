@@ -2,11 +2,7 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -19,31 +15,16 @@ import (
 // These tests run the real binary: a cluster of 'lockcluster serve'
 // processes on loopback, which a test can SIGKILL.
 
-var (
-	binOnce sync.Once
-	binPath string
-	binErr  error
-)
+func TestMain(m *testing.M) {
+	code := m.Run()
+	testutil.RemoveBuilds()
+	os.Exit(code)
+}
 
 // binary builds the lockcluster binary once per test run.
 func binary(t *testing.T) string {
 	t.Helper()
-	binOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "lockcluster-bin-")
-		if err != nil {
-			binErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "lockcluster")
-		out, err := exec.Command("go", "build", "-tags", "hashicorpmetrics", "-o", binPath, ".").CombinedOutput()
-		if err != nil {
-			binErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if binErr != nil {
-		t.Fatal(binErr)
-	}
-	return binPath
+	return testutil.Build(t, ".")
 }
 
 // freePort picks a free port for a node process (proccluster.FreeAddr).
