@@ -81,6 +81,32 @@ func TestAlertRules(t *testing.T) {
 	}
 }
 
+// The alert rules' unit tests (prometheus/*_test.yml: series in, alerts
+// out) pass `promtool test rules`, and name only metrics lockcluster has.
+func TestAlertRuleUnitTests(t *testing.T) {
+	files, _ := filepath.Glob("prometheus/*_test.yml")
+	if len(files) == 0 {
+		t.Fatal("no prometheus/*_test.yml")
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkMetrics(t, f, string(b))
+	}
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("CI: promtool is missing (Debian package prometheus, see .ci/run)")
+		}
+		t.Skip("no promtool (Debian package prometheus): the rules' unit tests do not run")
+	}
+	if out, err := exec.Command(promtool, append([]string{"test", "rules"}, files...)...).CombinedOutput(); err != nil {
+		t.Fatalf("promtool test rules: %v\n%s", err, out)
+	}
+}
+
 func TestGrafanaDashboard(t *testing.T) {
 	b, err := os.ReadFile("grafana/lockcluster.json")
 	if err != nil {

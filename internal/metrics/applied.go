@@ -20,6 +20,7 @@ type recorder struct {
 	mu     sync.Mutex
 	ns     map[uint64]string
 	primed bool
+	bound  *nsBound // the expiries' namespaces (limits.go)
 
 	grants, notAvailable, steals, expiries *prometheus.CounterVec
 	aborts                                 *prometheus.CounterVec
@@ -33,8 +34,9 @@ func newRecorder(m *fsm.Machine, replica prometheus.Labels) *recorder {
 		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: replica}, append([]string{"namespace"}, labels...))
 	}
 	return &recorder{
-		m:  m,
-		ns: make(map[uint64]string),
+		m:     m,
+		ns:    make(map[uint64]string),
+		bound: newNSBound(m),
 		grants: counter("lockcluster_grants_total",
 			"Locks granted (granted events; a scope counts once), per namespace."),
 		notAvailable: counter("lockcluster_not_available_total",
@@ -44,7 +46,7 @@ func newRecorder(m *fsm.Machine, replica prometheus.Labels) *recorder {
 		steals: counter("lockcluster_steals_total",
 			"Held locks taken away by a request with steal (lock-lost events with cause stolen), per namespace."),
 		expiries: counter("lockcluster_session_expiries_total",
-			"Sessions the leader expired for missed heartbeats (session-ended events with cause session-expired), per namespace."),
+			"Sessions the leader expired for missed heartbeats (session-ended events with cause session-expired), per namespace. Namespace \"\": those past the first 100 namespaces this node counted, or a session this node never saw open (a snapshot skipped it)."),
 	}
 }
 
@@ -85,7 +87,7 @@ func (r *recorder) applied(ap fsm.Applied) {
 			}
 		case fsm.EventSessionEnded:
 			if e.Cause == fsm.CauseSessionExpired {
-				r.expiries.WithLabelValues(ns).Inc()
+				r.expiries.WithLabelValues(r.bound.label(ns, false)).Inc()
 			}
 			delete(r.ns, e.Session)
 		}

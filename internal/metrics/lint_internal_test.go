@@ -22,6 +22,9 @@ func (fakeHealth) FenceReasons() map[string]bool         { return nil }
 func (fakeHealth) ApplyLag() time.Duration               { return 0 }
 func (fakeHealth) CheckpointsVerified() uint64           { return 2 }
 func (fakeHealth) AppliedHash() (uint64, [32]byte, bool) { return 9, [32]byte{}, true }
+func (fakeHealth) LogDir() string                        { return "/var/lib/lockcluster/wal" }
+func (fakeHealth) LogBytes() uint64                      { return 64 << 20 }
+func (fakeHealth) DiskSpace() (uint64, uint64, bool)     { return 1 << 30, 4 << 30, true }
 
 // Every family this package defines, each with a series (a grant, a miss,
 // an abort, a steal, an expiry, both latencies, the replica's health),
@@ -45,6 +48,9 @@ func TestEveryFamilyLints(t *testing.T) {
 	h.apply(&fsm.Request{Session: a, Namespace: "ns", RequestID: 4, Names: []string{"x"}, Steal: true})
 	h.apply(&fsm.ExpireSession{Session: b})
 	h.met.Refused("no_credential")
+	h.met.LimitRefused("ns", "credential")
+	h.met.StreamCut("ns")
+	h.met.BackupSaved(time.Now())
 
 	var own []string
 	fams, err := h.met.registry().Gather()
@@ -58,7 +64,9 @@ func TestEveryFamilyLints(t *testing.T) {
 	}
 	for _, want := range []string{"lockcluster_grants_total", "lockcluster_not_available_total", "lockcluster_aborts_total", "lockcluster_steals_total",
 		"lockcluster_session_expiries_total", "lockcluster_acquire_seconds", "lockcluster_handoff_seconds", "lockcluster_sessions",
-		"lockcluster_replica_diverged", "lockcluster_checkpoints_verified_total", "lockcluster_refused_calls_total"} {
+		"lockcluster_replica_diverged", "lockcluster_checkpoints_verified_total", "lockcluster_refused_calls_total",
+		"lockcluster_namespace_refusals_total", "lockcluster_stream_cuts_total", "lockcluster_last_backup_timestamp_seconds",
+		"lockcluster_disk_free_bytes", "lockcluster_disk_size_bytes", "lockcluster_log_bytes"} {
 		if !strings.Contains(" "+strings.Join(own, " ")+" ", " "+want+" ") {
 			t.Errorf("no %s among %v", want, own)
 		}

@@ -14,6 +14,12 @@
 //   - acquire and hand-off latency histograms, fed by the request handlers
 //     through internal/server's Observer interface;
 //   - the replica's health (diverged, checkpoints verified, hash index);
+//   - the raft log's disk: the free space and size of its file system and
+//     the bytes of its files (lockcluster_disk_free_bytes,
+//     lockcluster_disk_size_bytes, lockcluster_log_bytes, labelled with the
+//     log's directory, path);
+//   - when this node last served an online backup
+//     (lockcluster_last_backup_timestamp_seconds);
 //   - calls refused for their credentials, by reason
 //     (lockcluster_refused_calls_total), on the node the client called;
 //   - the Go runtime and process collectors, and lockcluster_build_info
@@ -74,11 +80,16 @@
 // bounded only by how many namespaces the cluster serves: that is the
 // operator's concern (the configured namespaces when auth is on; with auth
 // off any client can create namespaces, and with them series). The
-// counters of writes refused before the log and of session streams cut,
-// per namespace (lockcluster_namespace_refusals_total,
-// lockcluster_stream_cuts_total: counted on the node that decided, sum
-// them over nodes), name at most 100 namespaces, each with live sessions
-// when first counted; the rest count under namespace "" (limits.go).
+// counters of writes (and calls, reason credential) refused before the log
+// and of session streams cut, per namespace
+// (lockcluster_namespace_refusals_total, lockcluster_stream_cuts_total:
+// counted on the node that decided, sum them over nodes), name at most 100
+// namespaces, each with live sessions when first counted; the rest count
+// under namespace "" (limits.go). The session expiries
+// (lockcluster_session_expiries_total) name at most 100 namespaces too, in
+// the order this node applied their first expiry: nodes that applied the
+// same log name the same ones (a node restarted since may name others
+// once past 100).
 //
 // This package is implementation, not API: it makes no compatibility
 // promise, and it exports only what other lockcluster packages use. The
@@ -109,6 +120,7 @@ type Metrics struct {
 	latency *latency
 	limits  *limitCounters
 	refused *prometheus.CounterVec // refusals.go
+	backup  prometheus.Gauge       // backup.go
 }
 
 // latencyBuckets cover a commit on a fast disk (about a millisecond) to
@@ -156,8 +168,9 @@ func New(m *fsm.Machine, opts ...Option) *Metrics {
 	lim := newLimitCounters(m)
 	lim.register(reg)
 	refused := newRefused()
-	reg.MustRegister(refused)
-	return &Metrics{reg: reg, grpc: gm, rec: rec, latency: lat, refused: refused, limits: lim}
+	backup := newBackupGauge()
+	reg.MustRegister(refused, backup)
+	return &Metrics{reg: reg, grpc: gm, rec: rec, latency: lat, refused: refused, limits: lim, backup: backup}
 }
 
 // registry is the node's registry, for tests.
@@ -199,13 +212,17 @@ func (m *Metrics) Applied(index uint64, ap fsm.Applied) {
 }
 
 // ReplicaHealth is what the replica-health gauges read of this node's
-// raft member (*raftnode.Node): its fences, apply lag and checkpoints.
+// raft member (*raftnode.Node): its fences, apply lag and checkpoints, and
+// its log's disk (disk.go).
 type ReplicaHealth interface {
 	Diverged() error
 	FenceReasons() map[string]bool
 	ApplyLag() time.Duration
 	CheckpointsVerified() uint64
 	AppliedHash() (index uint64, hash [32]byte, known bool)
+	LogDir() string
+	LogBytes() uint64
+	DiskSpace() (free, total uint64, known bool)
 }
 
 // Health registers the gauges of the replica's health:
@@ -214,8 +231,10 @@ type ReplicaHealth interface {
 // lockcluster_checkpoints_verified_total, lockcluster_applied_hash_index
 // (the last entry in the applied-entry hash chain) and
 // lockcluster_replica_fenced{reason} (1 while that fence keeps the node
-// from serving: diverged, damaged, storage, behind).
+// from serving: diverged, damaged, storage, behind), and those of the
+// log's disk (disk.go).
 func (m *Metrics) Health(r ReplicaHealth) {
+	m.reg.MustRegister(newDiskCollector(r))
 	for _, reason := range []string{"diverged", "damaged", "storage", "behind"} {
 		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name:        "lockcluster_replica_fenced",

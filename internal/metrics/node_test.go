@@ -75,6 +75,9 @@ func TestNodeMetrics(t *testing.T) {
 		`grpc_server_handling_seconds_bucket{grpc_method="Request",grpc_service="lockcluster.v1.Locks",grpc_type="unary",le="0.01"}`,
 		`grpc_server_started_total{grpc_method="Session",grpc_service="lockcluster.v1.Locks",grpc_type="bidi_stream"}`,
 		`lockcluster_applied_index `,
+		`lockcluster_log_bytes{path="`,
+		`lockcluster_disk_free_bytes{path="`,
+		`lockcluster_last_backup_timestamp_seconds 0`,
 		`go_goroutines `,
 	} {
 		if !strings.Contains(text, want) {

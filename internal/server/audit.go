@@ -184,6 +184,9 @@ func (a *auditor) refusal(ctx context.Context, method string, req any, err error
 	if r, ok := req.(interface{ GetSessionId() uint64 }); ok {
 		session = r.GetSessionId()
 	}
+	if auth.RefusalReason(err) != "" {
+		a.s.refused(ns, RefusedCredential) // per namespace too; a refused session secret the gate counts itself
+	}
 	code, reason := status.Code(err).String(), logsafe.Bound(status.Convert(err).Message(), auditReasonBytes)
 	addr := peerAddr(ctx)
 	if !a.s.refusals.admit(a.s.cfg.Now(), addr, refusalSample{method: method, namespace: logsafe.String(ns), code: code, reason: reason, peer: addr}) {

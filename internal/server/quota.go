@@ -51,18 +51,21 @@ const (
 	RefusedPending       = "pending"        // the session's pending or held limit
 	RefusedSize          = "size"           // a name, scope, label or reason over its limit
 	RefusedSessionSecret = "session_secret" // a wrong or missing session secret
+	RefusedCredential    = "credential"     // auth refused the call or stream (audit.go), of any method
 )
 
 // LimitRefusalReasons are every reason RefusalObserver.LimitRefused is told.
-var LimitRefusalReasons = []string{RefusedRate, RefusedBytesRate, RefusedSessionRate, RefusedSessions, RefusedPending, RefusedSize, RefusedSessionSecret}
+var LimitRefusalReasons = []string{RefusedRate, RefusedBytesRate, RefusedSessionRate, RefusedSessions, RefusedPending, RefusedSize, RefusedSessionSecret, RefusedCredential}
 
 // RefusalObserver, when Config.Observer implements it too, is told of each
 // write this node's gate refused, with its namespace and reason (one of
 // LimitRefusalReasons), on the node that refused it (a refusal the leader
 // makes of a forwarded write is the leader's: the follower relays it), and
-// of each session stream of a namespace cut for falling behind.
-// internal/metrics implements it. Namespaces are the callers' words: the
-// implementation must bound what it keeps of them.
+// of each session stream of a namespace cut for falling behind. Calls and
+// streams auth refused are told too, reason RefusedCredential, on the node
+// the client called (audit.go). internal/metrics implements it.
+// Namespaces are the callers' words: the implementation must bound what
+// it keeps of them.
 type RefusalObserver interface {
 	LimitRefused(namespace, reason string)
 	StreamCut(namespace string)

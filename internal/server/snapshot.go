@@ -69,6 +69,7 @@ func (s *Server) SaveSnapshot(req *pb.SaveSnapshotRequest, stream grpc.ServerStr
 		}
 		data = data[n:]
 	}
+	s.backupSaved(ctx)
 	s.log.Info("snapshot saved by a client", "index", index, "bytes", h.Size, "sha256", fmt.Sprintf("%x", sum))
 	return nil
 }
@@ -105,6 +106,7 @@ func (s *Server) relaySnapshot(ctx context.Context, notLeader error, req *pb.Sav
 	}
 	switch {
 	case errors.Is(err, io.EOF):
+		s.backupSaved(ctx)
 		return nil
 	case !started && ctx.Err() == nil && !slow.Stop():
 		return slowLeader()
