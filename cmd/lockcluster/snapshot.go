@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"time"
@@ -26,7 +27,8 @@ func newSnapshot(g *globals) *cobra.Command {
 		Short: "Save the cluster's state to a file; seed a new cluster from one",
 		Long: `'snapshot save FILE' writes a consistent snapshot of a running cluster's
 state (the leader's, after a read barrier) to FILE, checksummed: every
-session, held lock and queue, at one Raft index.
+session, held lock and queue, at one Raft index. 'snapshot save FILE
+--data-dir D' writes one from a stopped node's data directory.
 
 'snapshot restore FILE --data-dir D --id ID --raft-addr ADDR' seeds a new
 data directory from it: a one-node cluster, started with 'lockcluster serve
@@ -40,13 +42,27 @@ get fencing tokens above every token in the snapshot.`,
 
 func newSnapshotSave(g *globals) *cobra.Command {
 	var timeout time.Duration
+	var dataDir string
 	cmd := &cobra.Command{
-		Use:   "save FILE",
+		Use:   "save FILE [--data-dir D]",
 		Short: "Write a consistent snapshot of the cluster's state to FILE",
-		Args:  usageArgs(1, "usage: lockcluster snapshot save FILE"),
+		Long: `Write a consistent snapshot of the cluster's state to FILE: the leader's, after
+a read barrier, through any member (--addr).
+
+With --data-dir D (serve's --data-dir) it reads a STOPPED node's data
+directory instead, and needs no cluster: its newest snapshot, and every
+entry of the log after it, applied. A stopped node cannot know which of its
+last entries were committed, so the file holds this node's log up to its
+last entry: writes the cluster never acknowledged may be in it, and writes
+this node never received are not. It refuses a directory that a running
+node holds, and a damaged or diverged one.`,
+		Args: usageArgs(1, "usage: lockcluster snapshot save FILE [--data-dir D]"),
 		RunE: func(_ *cobra.Command, args []string) error {
 			if err := g.checkOutput(); err != nil {
 				return err
+			}
+			if dataDir != "" {
+				return g.saveOffline(dataDir, args[0])
 			}
 			a, err := g.admin()
 			if err != nil {
@@ -70,12 +86,19 @@ func newSnapshotSave(g *globals) *cobra.Command {
 		},
 	}
 	cmd.Flags().DurationVar(&timeout, "timeout", 10*time.Minute, "how long the whole transfer may take")
+	cmd.Flags().StringVar(&dataDir, "data-dir", "", "save from this stopped node's data directory (serve's --data-dir) instead of the cluster")
 	return cmd
 }
 
 // saveSnapshotFile writes the snapshot to path.tmp, syncs it, reads it back
 // to check its checksum, and only then renames it to path.
 func saveSnapshotFile(ctx context.Context, a *lockcluster.Admin, path string) (info lockcluster.SnapshotInfo, err error) {
+	return writeSnapshotFile(path, func(w io.Writer) (lockcluster.SnapshotInfo, error) { return a.SaveSnapshot(ctx, w) })
+}
+
+// writeSnapshotFile writes what save writes to path.tmp, syncs it, reads it
+// back to check its checksum, and only then renames it to path.
+func writeSnapshotFile(path string, save func(io.Writer) (lockcluster.SnapshotInfo, error)) (info lockcluster.SnapshotInfo, err error) {
 	tmp := path + ".tmp"
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
@@ -88,7 +111,7 @@ func saveSnapshotFile(ctx context.Context, a *lockcluster.Admin, path string) (i
 		}
 	}()
 	w := bufio.NewWriterSize(f, 1<<20)
-	if info, err = a.SaveSnapshot(ctx, w); err != nil {
+	if info, err = save(w); err != nil {
 		return info, err
 	}
 	fail := func(err error) error { return &exitError{code: exitFailure, msg: fmt.Sprintf("%s: %v", tmp, err)} }
