@@ -318,16 +318,13 @@ func (s *clientSession) stream(lc pb.LocksClient, i int) (err error) {
 	s.c.mu.Lock()
 	minIndex := s.c.maxIndex
 	s.c.mu.Unlock()
-	if err := st.Send(&pb.SessionUp{Kind: &pb.SessionUp_Attach{Attach: &pb.Attach{Namespace: s.c.cfg.namespace, SessionId: s.id, MinIndex: minIndex, SessionSecret: s.secret}}}); err != nil {
+	if err := st.Send(&pb.SessionUp{Kind: &pb.SessionUp_Attach{Attach: &pb.Attach{Namespace: s.c.cfg.namespace, SessionId: s.id, MinIndex: minIndex,
+		SessionSecret: s.secret, ChunkedSync: true}}}); err != nil {
 		return err
 	}
-	first, err := st.Recv()
+	synced, err := recvSync(st)
 	if err != nil {
 		return err
-	}
-	synced := first.GetSynced()
-	if synced == nil {
-		return errors.New("session stream did not start with a sync")
 	}
 	s.sync(synced)
 	calls := newCaller(st, s.id, i)
@@ -365,6 +362,39 @@ func (s *clientSession) stream(lc pb.LocksClient, i int) (err error) {
 		case err := <-sendErr:
 			return err
 		default:
+		}
+	}
+}
+
+// recvSync receives the sync a session stream starts with: one Synced, or
+// its pieces (the attach says the client assembles them, so that a sync
+// larger than a gRPC message gets through), put together. Nothing of it is
+// acted on before the last piece: a stream that ends part-way has synced
+// nothing.
+func recvSync(st pb.Locks_SessionClient) (*pb.Synced, error) {
+	var whole *pb.Synced
+	for {
+		m, err := st.Recv()
+		if err != nil {
+			return nil, err
+		}
+		piece := m.GetSynced()
+		switch {
+		case piece == nil && whole == nil:
+			return nil, errors.New("session stream did not start with a sync")
+		case piece == nil:
+			return nil, errors.New("session stream: a sync's pieces were interrupted by another message")
+		case whole == nil:
+			whole = piece
+		case piece.Index != whole.Index || piece.EventSeq != whole.EventSeq:
+			return nil, fmt.Errorf("session stream: the pieces of a sync disagree (index %d, event seq %d, then index %d, event seq %d)",
+				whole.Index, whole.EventSeq, piece.Index, piece.EventSeq)
+		default:
+			whole.Requests = append(whole.Requests, piece.Requests...)
+		}
+		if !piece.More {
+			whole.More = false
+			return whole, nil
 		}
 	}
 }

@@ -277,25 +277,30 @@ func TestOwnEntriesAndOnQueued(t *testing.T) {
 // A Query under way when Close closes the connections fails with
 // ErrSessionClosed too, not gRPC's Canceled ("the client connection is
 // closing"). Checked with the mapping in Client.call removed: the Query
-// returned "rpc error: code = Canceled".
+// returned "rpc error: code = Canceled". (Query reads QueryPages, a
+// stream.)
 func TestQueryDuringCloseIsInvalidState(t *testing.T) {
 	c := shared(t)
 	inQuery, closed := make(chan struct{}), make(chan struct{})
-	holdQuery := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoke grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		if strings.HasSuffix(method, "/Query") {
+	holdQuery := func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+		if strings.HasSuffix(method, "/QueryPages") {
 			close(inQuery)
 			<-closed
 		}
-		return invoke(ctx, method, req, reply, cc, opts...)
+		return streamer(ctx, desc, cc, method, opts...)
 	}
-	cl := dial(t, c, lockcluster.WithDialOptions(grpc.WithUnaryInterceptor(holdQuery)), lockcluster.WithUnaryWrites())
+	cl := dial(t, c, lockcluster.WithDialOptions(grpc.WithStreamInterceptor(holdQuery)), lockcluster.WithUnaryWrites())
 	ctx := ctxT(t)
 	got := make(chan error, 1)
 	go func() {
 		_, err := cl.Query(ctx)
 		got <- err
 	}()
-	<-inQuery
+	select {
+	case <-inQuery:
+	case <-ctx.Done():
+		t.Fatal("the Query never reached the interceptor")
+	}
 	if err := cl.Close(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"time"
 	"unicode/utf8"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	pb "github.com/lockcluster/lockcluster/api/lockclusterv1"
 )
@@ -265,7 +267,10 @@ type Snapshot struct {
 }
 
 // Query returns a linearizable snapshot of the namespace's held and pending
-// locks: held in grant order, pending queue by queue.
+// locks: held in grant order, pending queue by queue. It reads the
+// snapshot in pages (QueryPages), so that a namespace of any size gets
+// through; from a node that does not have QueryPages (an older version)
+// it reads it in one message.
 //
 // On a closed Client it fails with an error matching ErrSessionClosed, as
 // Acquire and Request do.
@@ -276,7 +281,10 @@ func (c *Client) Query(ctx context.Context) (Snapshot, error) {
 	var resp *pb.QueryResponse
 	err := c.call(ctx, func(ctx context.Context, lc pb.LocksClient) error {
 		var err error
-		resp, err = lc.Query(ctx, &pb.QueryRequest{Namespace: c.cfg.namespace})
+		resp, err = queryPages(ctx, lc, &pb.QueryRequest{Namespace: c.cfg.namespace})
+		if status.Code(err) == codes.Unimplemented {
+			resp, err = lc.Query(ctx, &pb.QueryRequest{Namespace: c.cfg.namespace})
+		}
 		return err
 	})
 	if err != nil {
@@ -298,6 +306,36 @@ func (c *Client) Query(ctx context.Context) (Snapshot, error) {
 		return out
 	}
 	return Snapshot{Held: conv(resp.Held), Pending: conv(resp.Pending)}, nil
+}
+
+// queryPages reads a QueryPages stream to its end and puts the pages
+// together: one QueryResponse, as Query would have answered.
+func queryPages(ctx context.Context, lc pb.LocksClient, req *pb.QueryRequest) (*pb.QueryResponse, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	st, err := lc.QueryPages(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	var whole *pb.QueryResponse
+	for {
+		p, err := st.Recv()
+		switch {
+		case errors.Is(err, io.EOF) && whole != nil:
+			return whole, nil
+		case errors.Is(err, io.EOF):
+			return nil, status.Error(codes.Unavailable, "lockcluster: the query's stream ended without a page")
+		case err != nil:
+			return nil, err
+		case whole == nil:
+			whole = p
+		case p.Index != whole.Index:
+			return nil, status.Errorf(codes.Internal, "lockcluster: the query's pages disagree on their index (%d, then %d)", whole.Index, p.Index)
+		default:
+			whole.Held = append(whole.Held, p.Held...)
+			whole.Pending = append(whole.Pending, p.Pending...)
+		}
+	}
 }
 
 // SessionID is the id of the client's current session (0 if it has none).

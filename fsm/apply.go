@@ -122,7 +122,7 @@ func (a *applier) release(c *Release) Result {
 		if c.RequestID != 0 && c.RequestID < s.floor {
 			return Result{Status: StatusReleased, Token: c.Token, Duplicate: true}
 		}
-		return Result{Err: errorf(CodeInvalid, "session %d has no lock for request %d", s.id, c.RequestID)}
+		return Result{Err: noLock(s.id, c.RequestID)}
 	}
 	if !r.held {
 		return Result{Err: errorf(CodeInvalid, "request %d of session %d is queued, not held: abort it instead of releasing it", c.RequestID, s.id)}

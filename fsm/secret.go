@@ -140,10 +140,14 @@ func (m *Machine) SessionsIn(ns string) int64 {
 // Precheck returns the refusals of cmd that the applied state makes
 // certain, with the message Apply would give, so that the API answers them
 // without a log entry: a new session over the namespace's session limit
-// (the API also counts the opens it has in flight), and a request of a
-// session over its held limit, or that would queue over its pending
-// limit. nil means: let Apply decide (it checks again: entries between now
-// and then may change the answer).
+// (the API also counts the opens it has in flight), a request of a session
+// over its held limit, or that would queue over its pending limit, and a
+// release of a request id that the session has no record of. That last
+// one is certain only once the state holds every entry the caller may have
+// seen (the request may be one the leader applied and this node has not
+// yet): the API confirms it after a read barrier. nil means: let Apply
+// decide (it checks again: entries between now and then may change the
+// answer).
 func (m *Machine) Precheck(cmd Command) *Error {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
@@ -171,8 +175,33 @@ func (m *Machine) Precheck(cmd Command) *Error {
 		if !c.Steal && !c.IfAvailable && s.nPending >= lim.MaxPendingPerSession && !a.grantableNew(c.Names, c.Mode) {
 			return errorf(CodeLimit, "session %d has %d pending requests: the limit is %d", s.id, s.nPending, lim.MaxPendingPerSession)
 		}
+	case *Release:
+		// In Apply's order (release): a live request, a remembered
+		// outcome and an id below the floor are Apply's to answer;
+		// anything else is refused.
+		s := m.st.sessions[c.Session]
+		if s == nil || s.ns.name != c.Namespace {
+			return nil
+		}
+		if _, live := m.st.requests[reqKey{s.id, c.RequestID}]; live {
+			return nil
+		}
+		if _, done := s.find(c.RequestID); done {
+			return nil
+		}
+		if c.RequestID != 0 && c.RequestID < s.floor {
+			return nil
+		}
+		return noLock(s.id, c.RequestID)
 	}
 	return nil
+}
+
+// noLock refuses a release of a request id that its session has no record
+// of (never made, or not applied here yet): Precheck and Apply give the
+// same.
+func noLock(session, id uint64) *Error {
+	return errorf(CodeInvalid, "session %d has no lock for request %d", session, id)
 }
 
 // Outcome returns what Apply would answer a retry of request id of session

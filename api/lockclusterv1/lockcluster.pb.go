@@ -1028,6 +1028,11 @@ type Attach struct {
 	MinIndex uint64 `protobuf:"varint,3,opt,name=min_index,json=minIndex,proto3" json:"min_index,omitempty"`
 	// The session's secret (OpenSessionResponse.secret).
 	SessionSecret []byte `protobuf:"bytes,4,opt,name=session_secret,json=sessionSecret,proto3" json:"session_secret,omitempty"`
+	// The client assembles a sync sent in pieces (Synced.more): the node may
+	// then send it as several Synced messages, each well under 4 MiB. A
+	// client that does not set it gets the whole sync in one message,
+	// however large.
+	ChunkedSync   bool `protobuf:"varint,5,opt,name=chunked_sync,json=chunkedSync,proto3" json:"chunked_sync,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1088,6 +1093,13 @@ func (x *Attach) GetSessionSecret() []byte {
 		return x.SessionSecret
 	}
 	return nil
+}
+
+func (x *Attach) GetChunkedSync() bool {
+	if x != nil {
+		return x.ChunkedSync
+	}
+	return false
 }
 
 type Heartbeat struct {
@@ -1250,7 +1262,11 @@ func (*SessionDown_HeartbeatAck) isSessionDown_Kind() {}
 func (*SessionDown_Reply) isSessionDown_Kind() {}
 
 // Synced is where every request of the session stands at index; Events
-// with seq above event_seq follow.
+// with seq above event_seq follow. To a client whose Attach set
+// chunked_sync, a sync larger than about 1 MiB comes in pieces: several
+// Synced messages with the same index, event_seq, ttl and calls, each with
+// more of the requests, every one but the last with more set. The sync is
+// the union of their requests; act on none of it before the last piece.
 type Synced struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Index    uint64                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
@@ -1258,7 +1274,9 @@ type Synced struct {
 	Requests []*RequestState        `protobuf:"bytes,3,rep,name=requests,proto3" json:"requests,omitempty"`
 	Ttl      *durationpb.Duration   `protobuf:"bytes,4,opt,name=ttl,proto3" json:"ttl,omitempty"`
 	// The node takes StreamCalls on this stream.
-	Calls         bool `protobuf:"varint,5,opt,name=calls,proto3" json:"calls,omitempty"`
+	Calls bool `protobuf:"varint,5,opt,name=calls,proto3" json:"calls,omitempty"`
+	// More pieces of this sync follow (only when Attach.chunked_sync).
+	More          bool `protobuf:"varint,6,opt,name=more,proto3" json:"more,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1324,6 +1342,13 @@ func (x *Synced) GetTtl() *durationpb.Duration {
 func (x *Synced) GetCalls() bool {
 	if x != nil {
 		return x.Calls
+	}
+	return false
+}
+
+func (x *Synced) GetMore() bool {
+	if x != nil {
+		return x.More
 	}
 	return false
 }
@@ -3310,13 +3335,14 @@ const file_lockcluster_proto_rawDesc = "" +
 	"\bmetadata\x18\x04 \x03(\v2'.lockcluster.v1.CallError.MetadataEntryR\bmetadata\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x89\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xac\x01\n" +
 	"\x06Attach\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x02 \x01(\x04R\tsessionId\x12\x1b\n" +
 	"\tmin_index\x18\x03 \x01(\x04R\bminIndex\x12%\n" +
-	"\x0esession_secret\x18\x04 \x01(\fR\rsessionSecret\"\x1b\n" +
+	"\x0esession_secret\x18\x04 \x01(\fR\rsessionSecret\x12!\n" +
+	"\fchunked_sync\x18\x05 \x01(\bR\vchunkedSync\"\x1b\n" +
 	"\tHeartbeat\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\"\xee\x01\n" +
 	"\vSessionDown\x120\n" +
@@ -3324,13 +3350,14 @@ const file_lockcluster_proto_rawDesc = "" +
 	"\x05event\x18\x02 \x01(\v2\x15.lockcluster.v1.EventH\x00R\x05event\x12C\n" +
 	"\rheartbeat_ack\x18\x03 \x01(\v2\x1c.lockcluster.v1.HeartbeatAckH\x00R\fheartbeatAck\x121\n" +
 	"\x05reply\x18\x04 \x01(\v2\x19.lockcluster.v1.CallReplyH\x00R\x05replyB\x06\n" +
-	"\x04kind\"\xb8\x01\n" +
+	"\x04kind\"\xcc\x01\n" +
 	"\x06Synced\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x1b\n" +
 	"\tevent_seq\x18\x02 \x01(\x04R\beventSeq\x128\n" +
 	"\brequests\x18\x03 \x03(\v2\x1c.lockcluster.v1.RequestStateR\brequests\x12+\n" +
 	"\x03ttl\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12\x14\n" +
-	"\x05calls\x18\x05 \x01(\bR\x05calls\"\xb5\x02\n" +
+	"\x05calls\x18\x05 \x01(\bR\x05calls\x12\x12\n" +
+	"\x04more\x18\x06 \x01(\bR\x04more\"\xb5\x02\n" +
 	"\fRequestState\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\x12\x14\n" +
@@ -3542,7 +3569,7 @@ const file_lockcluster_proto_rawDesc = "" +
 	"\x12\x0e\n" +
 	"\n" +
 	"NOT_MEMBER\x10\v\x12\r\n" +
-	"\tNOT_READY\x10\f2\x9f\x04\n" +
+	"\tNOT_READY\x10\f2\xec\x04\n" +
 	"\x05Locks\x12V\n" +
 	"\vOpenSession\x12\".lockcluster.v1.OpenSessionRequest\x1a#.lockcluster.v1.OpenSessionResponse\x12Y\n" +
 	"\fCloseSession\x12#.lockcluster.v1.CloseSessionRequest\x1a$.lockcluster.v1.CloseSessionResponse\x12E\n" +
@@ -3550,7 +3577,9 @@ const file_lockcluster_proto_rawDesc = "" +
 	"\aRequest\x12\x1b.lockcluster.v1.LockRequest\x1a\x1c.lockcluster.v1.LockResponse\x12J\n" +
 	"\aRelease\x12\x1e.lockcluster.v1.ReleaseRequest\x1a\x1f.lockcluster.v1.ReleaseResponse\x12D\n" +
 	"\x05Abort\x12\x1c.lockcluster.v1.AbortRequest\x1a\x1d.lockcluster.v1.AbortResponse\x12D\n" +
-	"\x05Query\x12\x1c.lockcluster.v1.QueryRequest\x1a\x1d.lockcluster.v1.QueryResponse2\xc3\x03\n" +
+	"\x05Query\x12\x1c.lockcluster.v1.QueryRequest\x1a\x1d.lockcluster.v1.QueryResponse\x12K\n" +
+	"\n" +
+	"QueryPages\x12\x1c.lockcluster.v1.QueryRequest\x1a\x1d.lockcluster.v1.QueryResponse0\x012\xc3\x03\n" +
 	"\aCluster\x12G\n" +
 	"\x06Status\x12\x1d.lockcluster.v1.StatusRequest\x1a\x1e.lockcluster.v1.StatusResponse\x12J\n" +
 	"\aMembers\x12\x1e.lockcluster.v1.MembersRequest\x1a\x1f.lockcluster.v1.MembersResponse\x12A\n" +
@@ -3673,27 +3702,29 @@ var file_lockcluster_proto_depIdxs = []int32{
 	22, // 48: lockcluster.v1.Locks.Release:input_type -> lockcluster.v1.ReleaseRequest
 	24, // 49: lockcluster.v1.Locks.Abort:input_type -> lockcluster.v1.AbortRequest
 	26, // 50: lockcluster.v1.Locks.Query:input_type -> lockcluster.v1.QueryRequest
-	29, // 51: lockcluster.v1.Cluster.Status:input_type -> lockcluster.v1.StatusRequest
-	31, // 52: lockcluster.v1.Cluster.Members:input_type -> lockcluster.v1.MembersRequest
-	34, // 53: lockcluster.v1.Cluster.Join:input_type -> lockcluster.v1.JoinRequest
-	36, // 54: lockcluster.v1.Cluster.Leave:input_type -> lockcluster.v1.LeaveRequest
-	38, // 55: lockcluster.v1.Cluster.Touch:input_type -> lockcluster.v1.TouchRequest
-	40, // 56: lockcluster.v1.Cluster.SaveSnapshot:input_type -> lockcluster.v1.SaveSnapshotRequest
-	6,  // 57: lockcluster.v1.Locks.OpenSession:output_type -> lockcluster.v1.OpenSessionResponse
-	8,  // 58: lockcluster.v1.Locks.CloseSession:output_type -> lockcluster.v1.CloseSessionResponse
-	15, // 59: lockcluster.v1.Locks.Session:output_type -> lockcluster.v1.SessionDown
-	21, // 60: lockcluster.v1.Locks.Request:output_type -> lockcluster.v1.LockResponse
-	23, // 61: lockcluster.v1.Locks.Release:output_type -> lockcluster.v1.ReleaseResponse
-	25, // 62: lockcluster.v1.Locks.Abort:output_type -> lockcluster.v1.AbortResponse
-	27, // 63: lockcluster.v1.Locks.Query:output_type -> lockcluster.v1.QueryResponse
-	30, // 64: lockcluster.v1.Cluster.Status:output_type -> lockcluster.v1.StatusResponse
-	33, // 65: lockcluster.v1.Cluster.Members:output_type -> lockcluster.v1.MembersResponse
-	35, // 66: lockcluster.v1.Cluster.Join:output_type -> lockcluster.v1.JoinResponse
-	37, // 67: lockcluster.v1.Cluster.Leave:output_type -> lockcluster.v1.LeaveResponse
-	39, // 68: lockcluster.v1.Cluster.Touch:output_type -> lockcluster.v1.TouchResponse
-	42, // 69: lockcluster.v1.Cluster.SaveSnapshot:output_type -> lockcluster.v1.SnapshotChunk
-	57, // [57:70] is the sub-list for method output_type
-	44, // [44:57] is the sub-list for method input_type
+	26, // 51: lockcluster.v1.Locks.QueryPages:input_type -> lockcluster.v1.QueryRequest
+	29, // 52: lockcluster.v1.Cluster.Status:input_type -> lockcluster.v1.StatusRequest
+	31, // 53: lockcluster.v1.Cluster.Members:input_type -> lockcluster.v1.MembersRequest
+	34, // 54: lockcluster.v1.Cluster.Join:input_type -> lockcluster.v1.JoinRequest
+	36, // 55: lockcluster.v1.Cluster.Leave:input_type -> lockcluster.v1.LeaveRequest
+	38, // 56: lockcluster.v1.Cluster.Touch:input_type -> lockcluster.v1.TouchRequest
+	40, // 57: lockcluster.v1.Cluster.SaveSnapshot:input_type -> lockcluster.v1.SaveSnapshotRequest
+	6,  // 58: lockcluster.v1.Locks.OpenSession:output_type -> lockcluster.v1.OpenSessionResponse
+	8,  // 59: lockcluster.v1.Locks.CloseSession:output_type -> lockcluster.v1.CloseSessionResponse
+	15, // 60: lockcluster.v1.Locks.Session:output_type -> lockcluster.v1.SessionDown
+	21, // 61: lockcluster.v1.Locks.Request:output_type -> lockcluster.v1.LockResponse
+	23, // 62: lockcluster.v1.Locks.Release:output_type -> lockcluster.v1.ReleaseResponse
+	25, // 63: lockcluster.v1.Locks.Abort:output_type -> lockcluster.v1.AbortResponse
+	27, // 64: lockcluster.v1.Locks.Query:output_type -> lockcluster.v1.QueryResponse
+	27, // 65: lockcluster.v1.Locks.QueryPages:output_type -> lockcluster.v1.QueryResponse
+	30, // 66: lockcluster.v1.Cluster.Status:output_type -> lockcluster.v1.StatusResponse
+	33, // 67: lockcluster.v1.Cluster.Members:output_type -> lockcluster.v1.MembersResponse
+	35, // 68: lockcluster.v1.Cluster.Join:output_type -> lockcluster.v1.JoinResponse
+	37, // 69: lockcluster.v1.Cluster.Leave:output_type -> lockcluster.v1.LeaveResponse
+	39, // 70: lockcluster.v1.Cluster.Touch:output_type -> lockcluster.v1.TouchResponse
+	42, // 71: lockcluster.v1.Cluster.SaveSnapshot:output_type -> lockcluster.v1.SnapshotChunk
+	58, // [58:72] is the sub-list for method output_type
+	44, // [44:58] is the sub-list for method input_type
 	44, // [44:44] is the sub-list for extension type_name
 	44, // [44:44] is the sub-list for extension extendee
 	0,  // [0:44] is the sub-list for field type_name

@@ -40,6 +40,7 @@ const (
 	Locks_Release_FullMethodName      = "/lockcluster.v1.Locks/Release"
 	Locks_Abort_FullMethodName        = "/lockcluster.v1.Locks/Abort"
 	Locks_Query_FullMethodName        = "/lockcluster.v1.Locks/Query"
+	Locks_QueryPages_FullMethodName   = "/lockcluster.v1.Locks/QueryPages"
 )
 
 // LocksClient is the client API for Locks service.
@@ -55,7 +56,8 @@ type LocksClient interface {
 	CloseSession(ctx context.Context, in *CloseSessionRequest, opts ...grpc.CallOption) (*CloseSessionResponse, error)
 	// Session carries heartbeats up and the session's events down. The first
 	// message up must be an Attach; the first message down is a Synced with
-	// where every request of the session stands, then Events follow. An
+	// where every request of the session stands (or its pieces, when the
+	// Attach set chunked_sync: see Synced), then Events follow. An
 	// outcome that a Request's reply carries (granted at once, not
 	// available) is not repeated as an Event: its seq is skipped.
 	Session(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[SessionUp, SessionDown], error)
@@ -66,8 +68,19 @@ type LocksClient interface {
 	Release(ctx context.Context, in *ReleaseRequest, opts ...grpc.CallOption) (*ReleaseResponse, error)
 	// Abort aborts a pending request (the AbortSignal).
 	Abort(ctx context.Context, in *AbortRequest, opts ...grpc.CallOption) (*AbortResponse, error)
-	// Query returns a linearizable snapshot of a namespace's locks.
+	// Query returns a linearizable snapshot of a namespace's locks, in one
+	// message however large: a namespace's state may be larger than a
+	// client's receive limit (gRPC's default is 4 MiB). QueryPages does not
+	// have that problem.
 	Query(ctx context.Context, in *QueryRequest, opts ...grpc.CallOption) (*QueryResponse, error)
+	// QueryPages returns the same snapshot as Query, taken at one index, in
+	// pages: a stream of QueryResponses, each well under 4 MiB (about 1 MiB
+	// of locks). Every page carries the snapshot's index; held locks come
+	// first, then pending ones, each in Query's order: the concatenation of
+	// the pages' held lists, and of their pending lists, is Query's answer.
+	// The stream ending without an error (EOF) says that every page arrived;
+	// a stream that fails part-way is retried from the start.
+	QueryPages(ctx context.Context, in *QueryRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[QueryResponse], error)
 }
 
 type locksClient struct {
@@ -151,6 +164,25 @@ func (c *locksClient) Query(ctx context.Context, in *QueryRequest, opts ...grpc.
 	return out, nil
 }
 
+func (c *locksClient) QueryPages(ctx context.Context, in *QueryRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[QueryResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Locks_ServiceDesc.Streams[1], Locks_QueryPages_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[QueryRequest, QueryResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Locks_QueryPagesClient = grpc.ServerStreamingClient[QueryResponse]
+
 // LocksServer is the server API for Locks service.
 // All implementations must embed UnimplementedLocksServer
 // for forward compatibility.
@@ -164,7 +196,8 @@ type LocksServer interface {
 	CloseSession(context.Context, *CloseSessionRequest) (*CloseSessionResponse, error)
 	// Session carries heartbeats up and the session's events down. The first
 	// message up must be an Attach; the first message down is a Synced with
-	// where every request of the session stands, then Events follow. An
+	// where every request of the session stands (or its pieces, when the
+	// Attach set chunked_sync: see Synced), then Events follow. An
 	// outcome that a Request's reply carries (granted at once, not
 	// available) is not repeated as an Event: its seq is skipped.
 	Session(grpc.BidiStreamingServer[SessionUp, SessionDown]) error
@@ -175,8 +208,19 @@ type LocksServer interface {
 	Release(context.Context, *ReleaseRequest) (*ReleaseResponse, error)
 	// Abort aborts a pending request (the AbortSignal).
 	Abort(context.Context, *AbortRequest) (*AbortResponse, error)
-	// Query returns a linearizable snapshot of a namespace's locks.
+	// Query returns a linearizable snapshot of a namespace's locks, in one
+	// message however large: a namespace's state may be larger than a
+	// client's receive limit (gRPC's default is 4 MiB). QueryPages does not
+	// have that problem.
 	Query(context.Context, *QueryRequest) (*QueryResponse, error)
+	// QueryPages returns the same snapshot as Query, taken at one index, in
+	// pages: a stream of QueryResponses, each well under 4 MiB (about 1 MiB
+	// of locks). Every page carries the snapshot's index; held locks come
+	// first, then pending ones, each in Query's order: the concatenation of
+	// the pages' held lists, and of their pending lists, is Query's answer.
+	// The stream ending without an error (EOF) says that every page arrived;
+	// a stream that fails part-way is retried from the start.
+	QueryPages(*QueryRequest, grpc.ServerStreamingServer[QueryResponse]) error
 	mustEmbedUnimplementedLocksServer()
 }
 
@@ -207,6 +251,9 @@ func (UnimplementedLocksServer) Abort(context.Context, *AbortRequest) (*AbortRes
 }
 func (UnimplementedLocksServer) Query(context.Context, *QueryRequest) (*QueryResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Query not implemented")
+}
+func (UnimplementedLocksServer) QueryPages(*QueryRequest, grpc.ServerStreamingServer[QueryResponse]) error {
+	return status.Error(codes.Unimplemented, "method QueryPages not implemented")
 }
 func (UnimplementedLocksServer) mustEmbedUnimplementedLocksServer() {}
 func (UnimplementedLocksServer) testEmbeddedByValue()               {}
@@ -344,6 +391,17 @@ func _Locks_Query_Handler(srv interface{}, ctx context.Context, dec func(interfa
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Locks_QueryPages_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(QueryRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(LocksServer).QueryPages(m, &grpc.GenericServerStream[QueryRequest, QueryResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Locks_QueryPagesServer = grpc.ServerStreamingServer[QueryResponse]
+
 // Locks_ServiceDesc is the grpc.ServiceDesc for Locks service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -382,6 +440,11 @@ var Locks_ServiceDesc = grpc.ServiceDesc{
 			Handler:       _Locks_Session_Handler,
 			ServerStreams: true,
 			ClientStreams: true,
+		},
+		{
+			StreamName:    "QueryPages",
+			Handler:       _Locks_QueryPages_Handler,
+			ServerStreams: true,
 		},
 	},
 	Metadata: "lockcluster.proto",

@@ -18,7 +18,8 @@ import (
 // (fsm/admission.go: a type the table lacks, or one only a node proposes,
 // is refused), the replicated limits, the session's secret (a session is a
 // capability: SPEC §10), the refusals the applied state makes certain
-// (sessions per namespace, pending per session), the per-session and
+// (sessions per namespace, pending per session, a release of a request id
+// the session has no record of, after a read barrier), the per-session and
 // per-namespace write rates (entries and bytes, decided on the node the
 // client called: quota.go); then copies of one (session, request id) that
 // arrive together propose once. The FSM keeps its own checks: a request
@@ -104,21 +105,68 @@ func (s *Server) admit(ctx context.Context, cmd fsm.Command, secret []byte) erro
 			}
 		}
 	}
-	if err := s.m.Precheck(cmd); err != nil {
+	perr := s.m.Precheck(cmd)
+	rated := false
+	if rel, ok := cmd.(*fsm.Release); ok && perr != nil {
+		// A release of a request id this node has no record of: final
+		// only once the node holds every entry the caller may have seen
+		// (precheckRelease). The read barrier is charged to the session's
+		// write rate, as the entry it saves would have been.
+		if err := s.sessionRate(ns, id); err != nil {
+			return err
+		}
+		rated = true
+		var err error
+		if perr, err = s.precheckRelease(ctx, rel); err != nil {
+			return err
+		}
+	}
+	if perr != nil {
 		reason := RefusedPending
 		if _, open := cmd.(*fsm.OpenSession); open {
 			reason = RefusedSessions
 		}
-		return s.refusedBy(ns, reason, toStatus(err))
+		return s.refusedBy(ns, reason, toStatus(perr))
 	}
-	if scoped && !s.rate.allow(id, s.cfg.Now()) {
-		s.refused(ns, RefusedSessionRate)
-		return toStatus(&fsm.Error{Code: fsm.CodeLimit,
-			Msg: fmt.Sprintf("session %d is over the request rate limit of %g per second (burst %g): slow down", id, s.rate.rate, s.rate.burst)})
+	if scoped && !rated {
+		if err := s.sessionRate(ns, id); err != nil {
+			return err
+		}
 	}
 	// On every node, a follower too: see quota.go for why a follower's
 	// refusal is never wrong.
 	return s.takeQuota(cmd)
+}
+
+// sessionRate takes one write of session id (of namespace ns) from its
+// rate on this node, or refuses it.
+func (s *Server) sessionRate(ns string, id uint64) error {
+	if s.rate.allow(id, s.cfg.Now()) {
+		return nil
+	}
+	s.refused(ns, RefusedSessionRate)
+	return toStatus(&fsm.Error{Code: fsm.CodeLimit,
+		Msg: fmt.Sprintf("session %d is over the request rate limit of %g per second (burst %g): slow down", id, s.rate.rate, s.rate.burst)})
+}
+
+// precheckRelease decides Precheck's refusal of a release of a request id
+// that this node's state has no record of once the state is new enough:
+// the request may be one the caller has seen granted (its answer came
+// from the leader) that this node has not applied yet (a lagging
+// follower, a new leader). After a read barrier every entry committed
+// before the call is applied, so the refusal, if it stands, is the one
+// Apply would give (a request still in flight is ordered after the
+// release). It returns Precheck's answer then, or the barrier's error
+// (errors.Is raftnode.ErrNotLeader on a follower: the caller forwards).
+func (s *Server) precheckRelease(ctx context.Context, c *fsm.Release) (*fsm.Error, error) {
+	node := s.replica()
+	if node == nil {
+		return nil, toStatus(raftnode.ErrShutdown)
+	}
+	if err := node.ReadBarrier(ctx); err != nil {
+		return nil, err
+	}
+	return s.m.Precheck(c), nil
 }
 
 // pace waits before a limit refusal of namespace ns once the namespace is

@@ -41,6 +41,10 @@
 // aborts and closes, refused credentials. A session stream's backlog is
 // capped in events and in bytes (hub.go, Config.StreamBacklogBytes).
 //
+// pages.go sends what may be larger than one gRPC message in pieces of
+// about 1 MiB: a session's sync, to a client that assembles it
+// (Attach.chunked_sync), and a namespace's Query answer (QueryPages).
+//
 // This is implementation, with no compatibility promise: internal/node is its
 // only user. The stable API is the wire contract (api/lockclusterv1) and
 // the Go client (the root package).

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"math"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -129,7 +130,10 @@ func (s *Server) Abort(ctx context.Context, req *pb.AbortRequest) (*pb.AbortResp
 }
 
 // Query is linearizable: the leader confirms its leadership and applies
-// everything committed before the call, then reads.
+// everything committed before the call, then reads. The answer is one
+// message however large (QueryPages sends it in pages: pages.go); a
+// follower takes the leader's answer whatever its size, so that a client
+// that raised its own receive limit gets it through any node.
 func (s *Server) Query(ctx context.Context, req *pb.QueryRequest) (*pb.QueryResponse, error) {
 	if err := s.m.Limits().Check(&fsm.CloseSession{Namespace: req.Namespace}); err != nil {
 		return nil, toStatus(err)
@@ -140,19 +144,10 @@ func (s *Server) Query(ctx context.Context, req *pb.QueryRequest) (*pb.QueryResp
 	}
 	if err := node.ReadBarrier(ctx); err != nil {
 		return forward(s, ctx, err, func(ctx context.Context, cc *grpc.ClientConn) (*pb.QueryResponse, error) {
-			return pb.NewLocksClient(cc).Query(ctx, req)
+			return pb.NewLocksClient(cc).Query(ctx, req, grpc.MaxCallRecvMsgSize(math.MaxInt32))
 		})
 	}
-	idx := s.m.LastIndex()
-	q := s.m.Query(req.Namespace)
-	out := &pb.QueryResponse{Index: idx, Held: make([]*pb.LockInfo, len(q.Held)), Pending: make([]*pb.LockInfo, len(q.Pending))}
-	for i, l := range q.Held {
-		out.Held[i] = lockInfoToPB(l)
-	}
-	for i, l := range q.Pending {
-		out.Pending[i] = lockInfoToPB(l)
-	}
-	return out, nil
+	return s.query(req.Namespace), nil
 }
 
 func deref[T any](p *T) T {

@@ -80,7 +80,7 @@ func (s *Server) Session(stream pb.Locks_SessionServer) error {
 	}
 	defer s.hub.unsubscribe(sub)
 	synced.Calls = true
-	if err := stream.Send(&pb.SessionDown{Kind: &pb.SessionDown_Synced{Synced: synced}}); err != nil {
+	if err := sendSynced(stream, synced, at.ChunkedSync); err != nil { // in pieces if the client assembles them (pages.go)
 		return err
 	}
 	attached = true
