@@ -125,7 +125,7 @@ Progress goes to stderr once a second;
 	fl.BoolVar(&f.preferLeader, "prefer-leader", true, "put the leader's endpoint first, so that clients talk to it (no forwarding)")
 	fl.BoolVar(&f.keep, "keep", false, "--local: keep the nodes' data directories and logs")
 	fl.StringVar(&f.cpuProfile, "cpuprofile", "", "write this process's (the load generator's) CPU profile here; profile the nodes with 'serve --enable-pprof'")
-	fl.IntVar(&f.connsPerNode, "conns-per-node", 8, "idle, failover with --sessions: connections per node that carry the session streams")
+	fl.IntVar(&f.connsPerNode, "conns-per-node", 8, "idle, failover with --sessions: connections per node that carry the session streams (at least one per 100 sessions per node: a node lets one connection carry 256 streams, serve --max-concurrent-streams)")
 	fl.IntVar(&f.opens, "opens", 100_000, "flood: OpenSession calls the flooding tenant makes")
 	fl.IntVar(&f.floodWorkers, "flood-workers", 64, "flood: concurrent flooding callers")
 	fl.DurationVar(&f.snapEvery, "snapshot-every", 5*time.Second, "snapshot: the pause between one snapshot's end and the next one's start")
@@ -162,6 +162,7 @@ func runBench(g *globals, f *benchFlags, command string) error {
 		if f.cfg.Workload == loadgen.Flood && !slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--limit-sessions-per-namespace") }) {
 			args = append(args, "--limit-sessions-per-namespace=1000")
 		}
+		args = uncapConns(bin, args)
 		var err error
 		if cluster, err = loadgen.StartLocal(ctx, bin, 3, args); err != nil {
 			return err

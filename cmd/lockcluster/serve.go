@@ -48,6 +48,9 @@ type serveConfig struct {
 	namespaceBurst                            int64
 	namespaceBytesRate, namespaceBytesBurst   int64
 	streamBacklog                             int64
+	streamsPerSession, streamsPerConn         int64 // streams.go
+	connsPerIP                                int64
+	connIdle                                  time.Duration
 	limits                                    limitSettings
 	auth                                      auth.Config // from the file's auth section only
 }
@@ -107,6 +110,10 @@ func (c *serveConfig) settings() []setting {
 		{key: "namespace-bytes-burst", usage: "bytes of log entries a namespace may write at once above namespace-bytes-rate", num: &c.namespaceBytesBurst},
 		{key: "refusal-rate", usage: "refusals over a limit one namespace gets at once per second on this node; further ones wait (up to 1s) before they are answered (0: no pacing)", float: &c.refusalRate},
 		{key: "stream-backlog-bytes", usage: "bytes of events a session stream may fall behind before it is cut (its client resynchronises)", num: &c.streamBacklog},
+		{key: "max-streams-per-session", usage: "session streams one session may have attached to this node; an attach past it ends the session's oldest stream here (0: no limit)", num: &c.streamsPerSession},
+		{key: "max-concurrent-streams", usage: "calls and streams one client connection may have open at once; a client's further ones wait (0: no limit)", num: &c.streamsPerConn},
+		{key: "max-conns-per-ip", usage: "client API connections open from one IP address; further ones are closed at once and counted in lockcluster_api_connections_refused_total (clients behind one NAT or proxy share it; 0: no limit)", num: &c.connsPerIP},
+		{key: "conn-idle-timeout", usage: "close a client API connection that has had no call or stream open this long; its client connects again when it next calls (0: never)", dur: &c.connIdle},
 		{key: "limit-name-bytes", usage: "cluster limit: bytes in a lock name", num: &c.limits.nameBytes},
 		{key: "limit-scope-names", usage: "cluster limit: names in one request", num: &c.limits.scopeNames},
 		{key: "limit-pending-per-session", usage: "cluster limit: queued requests of one session", num: &c.limits.pendingPerSession},
@@ -126,7 +133,8 @@ func defaultServeConfig() *serveConfig {
 	return &serveConfig{id: host, dataDir: "lockcluster-data", grpcAddr: "127.0.0.1:7700", raftAddr: "127.0.0.1:7701", httpAddr: "127.0.0.1:7702",
 		heartbeat: 500 * time.Millisecond, election: 500 * time.Millisecond, lease: 500 * time.Millisecond, logLevel: "info", logFormat: "text",
 		checkpointEvery: raftnode.DefaultCheckpointInterval, logStore: raftnode.LogStoreWAL, checkpointEntries: raftnode.DefaultCheckpointEntries,
-		maxMessage: 4 << 20, streamBacklog: server.DefaultStreamBacklogBytes, sessionRate: 5000, sessionBurst: 10000, auditRefusalInterval: server.DefaultAuditRefusalInterval,
+		maxMessage: 4 << 20, streamBacklog: server.DefaultStreamBacklogBytes, streamsPerSession: server.DefaultMaxStreamsPerSession,
+		streamsPerConn: node.DefaultMaxConcurrentStreams, connsPerIP: node.DefaultMaxConnsPerIP, connIdle: node.DefaultConnIdleTimeout, sessionRate: 5000, sessionBurst: 10000, auditRefusalInterval: server.DefaultAuditRefusalInterval,
 		namespaceRate: 50000, namespaceBurst: 100000, namespaceBytesRate: 8 << 20, namespaceBytesBurst: 16 << 20, refusalRate: 1000, limits: defaultLimits(), gcHeadroom: "256MiB"}
 }
 
@@ -278,6 +286,9 @@ func (c *serveConfig) run() error {
 		return &exitError{code: exitUsage, msg: fmt.Sprintf("--stream-backlog-bytes=%d: want a positive size under 2 GiB", c.streamBacklog)}
 	}
 	cfg.Server.StreamBacklogBytes = int(c.streamBacklog)
+	if err := c.streamLimits(&cfg); err != nil {
+		return err
+	}
 	if c.join != "" {
 		cfg.Bootstrap = nil
 	}

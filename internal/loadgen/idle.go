@@ -26,6 +26,10 @@ import (
 // (HTTP/2 streams), which is what a node sees from many clients anyway:
 // one session stream each, a heartbeat every TTL/3.
 
+// streamsPerConn is the most session streams the idle workload opens on
+// one connection.
+const streamsPerConn = 100
+
 // IdleConfig configures RunIdle.
 type IdleConfig struct {
 	Endpoints    []string
@@ -33,7 +37,7 @@ type IdleConfig struct {
 	Sessions     int
 	TTL          time.Duration // 0: 10s, the default
 	Duration     time.Duration // the measured window
-	ConnsPerNode int           // 0: 8
+	ConnsPerNode int           // 0: 8; more if the sessions need them (streamsPerConn)
 	// PIDs are the nodes' process ids, by endpoint, for CPU and RSS (nil:
 	// not measured). LeaderPID tells which one leads now.
 	PIDs      []int
@@ -253,6 +257,13 @@ func startIdle(ctx context.Context, cfg IdleConfig) (*idleRun, error) {
 	}
 	if cfg.ConnsPerNode <= 0 {
 		cfg.ConnsPerNode = 8
+	}
+	// A node lets one connection carry a bounded number of streams (serve
+	// --max-concurrent-streams, 256 by default); one past it waits. Keep
+	// to streamsPerConn, so that the sessions of a killed node, moving to
+	// the others' connections at random, still fit.
+	if len(cfg.Endpoints) > 0 {
+		cfg.ConnsPerNode = max(cfg.ConnsPerNode, (cfg.Sessions+len(cfg.Endpoints)*streamsPerConn-1)/(len(cfg.Endpoints)*streamsPerConn))
 	}
 	if cfg.Namespace == "" {
 		cfg.Namespace = "default"

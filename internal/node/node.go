@@ -74,6 +74,19 @@ type Config struct {
 	Auth auth.Config
 	// MaxMessageBytes bounds a gRPC message (default 4 MiB).
 	MaxMessageBytes int
+	// MaxConnsPerIP caps the client API connections open from one remote
+	// address (default DefaultMaxConnsPerIP, -1: no cap): one past it is
+	// closed as soon as it is accepted (connlimit.go).
+	MaxConnsPerIP int
+	// MaxConcurrentStreams caps the calls and streams one client API
+	// connection may have open at once (default
+	// DefaultMaxConcurrentStreams): a client's further ones wait for one
+	// to end.
+	MaxConcurrentStreams int
+	// ConnIdleTimeout closes a client API connection that has had no call
+	// or stream open for this long (default DefaultConnIdleTimeout, -1:
+	// never); its client connects again when it next calls.
+	ConnIdleTimeout time.Duration
 	// EnablePprof serves net/http/pprof at /debug/pprof/ on the HTTP
 	// address, behind the admin credential when auth is on.
 	EnablePprof bool
@@ -92,6 +105,7 @@ type Node struct {
 	http    *http.Server
 	grpcLis net.Listener
 	httpLis net.Listener
+	conns   *connLimiter // wraps grpcLis
 	cancel  context.CancelFunc
 	// Set by secure: gRPC server options, the HTTP TLS configuration.
 	serverOptions []grpc.ServerOption
@@ -183,6 +197,7 @@ func (n *Node) start() error {
 	// After auth: a diverged replica answers nothing from its state.
 	opts = append(opts, grpc.ChainUnaryInterceptor(server.FenceUnary(n.raft.Unfit)),
 		grpc.ChainStreamInterceptor(server.FenceStream(n.raft.Unfit, n.raft.Fenced)))
+	opts = append(opts, grpc.MaxConcurrentStreams(uint32(orDefault(cfg.MaxConcurrentStreams, DefaultMaxConcurrentStreams))))
 	n.grpc = grpc.NewServer(opts...)
 	n.metrics.Health(n.raft)
 	n.srv.Register(n.grpc)
@@ -190,12 +205,14 @@ func (n *Node) start() error {
 	healthpb.RegisterHealthServer(n.grpc, n.health)
 	reflection.Register(n.grpc)
 	n.metrics.InitializeGRPC(n.grpc)
+	n.conns = newConnLimiter(n.grpcLis, max(orDefault(cfg.MaxConnsPerIP, DefaultMaxConnsPerIP), 0), keepaliveTimeout, nil, n.log.Named("api"))
+	n.conns.refusedHook = n.metrics.Connections(n.conns.Open)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	n.cancel = cancel
 	n.wg.Add(2)
 	go func() { defer n.wg.Done(); n.srv.Run(ctx, n.raft) }()
-	go func() { defer n.wg.Done(); _ = n.grpc.Serve(n.grpcLis) }()
+	go func() { defer n.wg.Done(); _ = n.grpc.Serve(n.conns) }()
 	if n.httpLis != nil {
 		n.http = &http.Server{Handler: n.httpHandler(), ReadHeaderTimeout: 5 * time.Second, TLSConfig: n.httpTLS}
 		n.wg.Add(1)
@@ -367,6 +384,17 @@ func (n *Node) Close(ctx context.Context) error {
 		n.closeErr = err
 	})
 	return n.closeErr
+}
+
+// orDefault is v, or def when v is 0; a negative v means none (0).
+func orDefault[T int | time.Duration](v, def T) T {
+	switch {
+	case v == 0:
+		return def
+	case v < 0:
+		return 0
+	}
+	return v
 }
 
 func orElse(a, b string) string {

@@ -33,9 +33,15 @@ func (n *Node) secure() error {
 	// Clients and peers ping every few seconds to find dead connections (a
 	// paused node); allow it. The server pings idle clients too, to drop
 	// half-open connections.
+	// A connection with no call or stream for ConnIdleTimeout is closed
+	// (GOAWAY: its client reconnects when it calls again), and one that
+	// has not finished its handshake in connHandshakeTimeout: idle
+	// connections cost the node memory and descriptors (connlimit.go).
 	n.serverOptions = append(n.serverOptions,
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: time.Second, PermitWithoutStream: true}),
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 15 * time.Second, Timeout: 5 * time.Second}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 15 * time.Second, Timeout: keepaliveTimeout,
+			MaxConnectionIdle: orDefault(cfg.ConnIdleTimeout, DefaultConnIdleTimeout)}),
+		grpc.ConnectionTimeout(connHandshakeTimeout),
 		// Fixed windows: no bandwidth-delay pings after every small
 		// request (see the client's dial options).
 		grpc.StaticStreamWindowSize(1<<20), grpc.StaticConnWindowSize(8<<20))

@@ -20,7 +20,8 @@ import (
 // rest at once with a retryable Unavailable (NOT_READY) before doing any
 // work for them, with a RetryInfo delay drawn from 0.25-1 s: the client
 // tries again after it, on this node or another. An attached stream leaves the gate once its Synced is
-// sent; heartbeats and events are not gated.
+// ready (sending it waits on the client, not on the node: stream.go);
+// heartbeats and events are not gated.
 const (
 	defaultAttachesInFlight = 64
 	defaultAttachQueue      = 2048

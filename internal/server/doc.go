@@ -39,7 +39,10 @@
 //
 // audit.go writes the audit log (AuditOptions): steals, admins' releases,
 // aborts and closes, refused credentials. A session stream's backlog is
-// capped in events and in bytes (hub.go, Config.StreamBacklogBytes).
+// capped in events and in bytes (hub.go, Config.StreamBacklogBytes), a
+// session's streams on a node in number (Config.MaxStreamsPerSession),
+// and a stream the hub cuts ends even while its client does not read
+// (streamsend.go).
 //
 // pages.go sends what may be larger than one gRPC message in pieces of
 // about 1 MiB: a session's sync, to a client that assembles it

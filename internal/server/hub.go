@@ -26,11 +26,17 @@ type hub struct {
 	// maxBytes caps the encoded size of the events a stream has not taken
 	// yet (its backlog), whatever their number.
 	maxBytes int
+	// maxStreams caps the streams of one session attached here (0: no
+	// cap): an attach past it replaces the session's oldest stream
+	// (subscribe). serial numbers the streams in attach order.
+	maxStreams int
+	serial     uint64
 }
 
 type sub struct {
 	session uint64
 	after   uint64 // events up to this seq are covered by the sync
+	serial  uint64 // attach order among the hub's streams
 	// q holds the events not yet taken by the stream; ready has a token
 	// while q is not empty. A queue that grows on demand, rather than a
 	// channel of subBuffer slots, keeps an idle stream at a few bytes
@@ -40,7 +46,16 @@ type sub struct {
 	bytes int // encoded size of the events in q
 	ready chan struct{}
 	gone  chan struct{} // closed when the hub cut the stream off
+	// replaced is closed when a newer attach of the session took this
+	// stream's place (hub.maxStreams).
+	replaced chan struct{}
 }
+
+// DefaultMaxStreamsPerSession is how many streams one session may have
+// attached to a node, unless Config.MaxStreamsPerSession says otherwise.
+// A client has one; a few more cover the streams of a client that
+// reattached before the node saw its old connection die.
+const DefaultMaxStreamsPerSession = 4
 
 // subBuffer is how many events a stream may fall behind before it is cut.
 const subBuffer = 4096
@@ -100,11 +115,17 @@ func (h *hub) publish(index uint64, ap fsm.Applied) {
 			// per uncontended acquire.
 			continue
 		}
-		for s := range h.subs[e.Session] {
+		subs := h.subs[e.Session]
+		if len(subs) == 0 {
+			continue
+		}
+		// One message for all the session's streams: they only read it.
+		ev := eventToPB(index, e)
+		for s := range subs {
 			if e.Seq <= s.after {
 				continue
 			}
-			if !s.push(eventToPB(index, e), h.maxBytes) {
+			if !s.push(ev, h.maxBytes) {
 				h.dropLocked(s)
 				close(s.gone)
 			}
@@ -120,6 +141,13 @@ func (h *hub) publish(index uint64, ap fsm.Applied) {
 // subscribe attaches a stream to a session. sync runs under the hub's lock,
 // so that no event falls between the state it reads and the first event
 // the stream receives; it returns the session's event seq at that state.
+//
+// A session has at most maxStreams streams here: the one past it takes
+// the place of the session's oldest, which is dropped and told so (its
+// replaced is closed). The newest attach always wins, so a client that
+// attaches again while its old stream lingers (a connection not yet known
+// dead) is never locked out; a client that attaches a stream after stream
+// and never reads them pins at most maxStreams backlogs.
 func (h *hub) subscribe(session uint64, sync func() (seq uint64, err error)) (*sub, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -127,11 +155,24 @@ func (h *hub) subscribe(session uint64, sync func() (seq uint64, err error)) (*s
 	if err != nil {
 		return nil, err
 	}
-	s := &sub{session: session, after: seq, ready: make(chan struct{}, 1), gone: make(chan struct{})}
-	if h.subs[session] == nil {
-		h.subs[session] = make(map[*sub]struct{})
+	h.serial++
+	s := &sub{session: session, after: seq, serial: h.serial, ready: make(chan struct{}, 1), gone: make(chan struct{}), replaced: make(chan struct{})}
+	subs := h.subs[session]
+	if subs == nil {
+		subs = make(map[*sub]struct{})
+		h.subs[session] = subs
 	}
-	h.subs[session][s] = struct{}{}
+	for h.maxStreams > 0 && len(subs) >= h.maxStreams {
+		var oldest *sub
+		for o := range subs {
+			if oldest == nil || o.serial < oldest.serial {
+				oldest = o
+			}
+		}
+		delete(subs, oldest)
+		close(oldest.replaced)
+	}
+	subs[s] = struct{}{}
 	return s, nil
 }
 

@@ -82,6 +82,13 @@ type Config struct {
 	// in encoded bytes (default DefaultStreamBacklogBytes); a stream that
 	// falls further behind is cut and its client resynchronises.
 	StreamBacklogBytes int
+	// MaxStreamsPerSession caps the streams one session may have attached
+	// to this node (default DefaultMaxStreamsPerSession, -1: no cap): an
+	// attach past it replaces the session's oldest stream here.
+	MaxStreamsPerSession int
+	// StreamSendTimeout cuts a session stream whose client has taken
+	// nothing of it for this long (default DefaultStreamSendTimeout).
+	StreamSendTimeout time.Duration
 	// ProbeInterval is how often the leader probes each member's API for
 	// Members' reachability and lag (default 1s).
 	ProbeInterval time.Duration
@@ -135,6 +142,7 @@ type Server struct {
 	leaderless leaderless           // since when this node has known no leader (touch.go)
 	attaches   *attachGate          // admission.go
 	member     memberState          // member.go: member-only calls, the cluster secret
+	streams    atomic.Int64         // session streams attached, their handlers running (stream.go)
 	log        hclog.Logger
 	done       chan struct{} // closed when Run returns: streams end
 }
@@ -165,6 +173,10 @@ func New(cfg Config) *Server {
 	}
 	s.attaches = newAttachGate(cfg.AttachesInFlight, queue)
 	s.hub = newHub(cfg.Machine.LastIndex, cfg.StreamBacklogBytes)
+	s.hub.maxStreams = cfg.MaxStreamsPerSession
+	if s.hub.maxStreams == 0 {
+		s.hub.maxStreams = DefaultMaxStreamsPerSession
+	}
 	s.peers = newPeers(cfg.DialOptions)
 	s.live = session.New(session.Config{Expirer: expirer{s}, Log: sessionLog{s}, Forwarder: forwarder{s},
 		Tick: cfg.SessionTick, Flush: cfg.HeartbeatFlush, Logger: cfg.Logger.Named("session"), Now: cfg.Now})

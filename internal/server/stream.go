@@ -52,15 +52,15 @@ func (s *Server) Session(stream pb.Locks_SessionServer) error {
 			release()
 		}
 	}()
-	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	err = s.hub.waitApplied(wctx, at.MinIndex)
-	cancel()
-	if err != nil {
+	wctx, cancel := context.WithTimeout(ctx, attachWait)
+	defer cancel()
+	if err := s.hub.waitApplied(wctx, at.MinIndex); err != nil {
 		return toStatus(fmt.Errorf("%w: it has not yet applied index %d that the client has seen", rpcerr.ErrNotReady, at.MinIndex))
 	}
-	// The node's state is as new as the caller's: the secret check is final.
-	if err := s.m.CheckSession(at.SessionId, at.Namespace, at.SessionSecret); err != nil {
-		return toStatus(err)
+	// The node's state is as new as the caller's; a session it does not
+	// know yet is looked for as a unary call's would be (attach.go).
+	if err := s.checkAttach(wctx, at); err != nil {
+		return err
 	}
 	var synced *pb.Synced
 	sub, err := s.hub.subscribe(at.SessionId, func() (uint64, error) {
@@ -80,36 +80,98 @@ func (s *Server) Session(stream pb.Locks_SessionServer) error {
 	}
 	defer s.hub.unsubscribe(sub)
 	synced.Calls = true
-	if err := sendSynced(stream, synced, at.ChunkedSync); err != nil { // in pieces if the client assembles them (pages.go)
-		return err
-	}
+	// Attached: the node's work for the attach is done. Sending the Synced
+	// waits on the client, not on the node: it is not gated, so a client
+	// that never reads cannot hold an attach slot.
 	attached = true
-	release() // attached: heartbeats and events are not gated
+	release()
+	s.streams.Add(1)
+	defer s.streams.Add(-1)
 
 	acks := make(chan *pb.SessionDown, 64) // heartbeat acks and call replies
 	recvErr := make(chan error, 1)
 	go s.receive(ctx, stream, at, acks, recvErr)
+	// Messages go out from a goroutine of their own, a batch at a time,
+	// while this one waits (sender): a Send blocks while the client does
+	// not read (flow control), and only the handler's return ends it. So
+	// a stream the hub cuts, a stream replaced by a newer attach, or one
+	// whose client has not taken a message for streamSendTimeout ends at
+	// once, and what it held is freed, even if its client never reads.
+	out := newSender(stream, s.cfg.StreamSendTimeout)
+	defer out.stop()
+	out.start(func(stream pb.Locks_SessionServer) error {
+		return sendSynced(stream, synced, at.ChunkedSync) // in pieces if the client assembles them (pages.go)
+	})
+	// How the stream ends once the batch in flight is sent, if it does:
+	// with the session's end event (sent: no error), or because liveness
+	// found the session ended.
+	const (
+		goOn = iota
+		endSent
+		ended
+	)
+	ending := goOn
+	endedErr := func() error {
+		return toStatus(&fsm.Error{Code: fsm.CodeSessionClosed, Msg: "session " + strconv.FormatUint(at.SessionId, 10) + " has ended"})
+	}
 	for {
+		events, replies := sub.ready, (<-chan *pb.SessionDown)(acks)
+		if out.busy {
+			events, replies = nil, nil // one batch in flight at a time
+		}
 		select {
-		case <-sub.ready:
-			for _, ev := range sub.take() {
-				if err := stream.Send(&pb.SessionDown{Kind: &pb.SessionDown_Event{Event: ev}}); err != nil {
-					return err
-				}
+		case <-events:
+			batch := sub.take()
+			msgs := make([]*pb.SessionDown, 0, len(batch))
+			for _, ev := range batch {
+				msgs = append(msgs, &pb.SessionDown{Kind: &pb.SessionDown_Event{Event: ev}})
 				if ev.Kind == pb.Event_SESSION_ENDED {
-					return nil
+					ending = endSent
+					break
 				}
+			}
+			out.send(msgs)
+		case m := <-replies:
+			// With every other ack and reply waiting: one batch.
+			var msgs []*pb.SessionDown
+		drain:
+			for m != nil {
+				if msgs = append(msgs, m); len(msgs) == cap(acks) {
+					break
+				}
+				select {
+				case m = <-acks:
+				default:
+					break drain
+				}
+			}
+			if m == nil { // the session has ended: after what came before
+				ending = ended
+			}
+			if len(msgs) == 0 {
+				return endedErr()
+			}
+			out.send(msgs)
+		case err := <-out.done:
+			out.finished()
+			if err != nil {
+				return err
+			}
+			switch ending {
+			case endSent:
+				return nil
+			case ended:
+				return endedErr()
+			}
+		case <-out.timeout():
+			if err := out.expired(); err != nil {
+				return err
 			}
 		case <-sub.gone:
 			s.streamCut(at.Namespace) // counted per namespace (quota.go)
 			return rpcerr.StreamBehind("the session's event stream fell too far behind: reconnect to resynchronise")
-		case m := <-acks:
-			if m == nil {
-				return toStatus(&fsm.Error{Code: fsm.CodeSessionClosed, Msg: "session " + strconv.FormatUint(at.SessionId, 10) + " has ended"})
-			}
-			if err := stream.Send(m); err != nil {
-				return err
-			}
+		case <-sub.replaced:
+			return streamReplaced(at.SessionId, s.hub.maxStreams, s.cfg.Self.ID)
 		case err := <-recvErr:
 			return err
 		case <-s.done:
