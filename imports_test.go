@@ -46,11 +46,11 @@ func TestImportRules(t *testing.T) {
 }
 
 // nodeSideFiles are the files of cmd/lockcluster that run or build a node
-// (serve and its checks at start, dev, bench, tls, offline snapshots and recovery,
+// (serve, its checks at start and its reload, dev, bench, tls, offline snapshots and recovery,
 // version and man pages) and may import the server's packages; every
 // other file is a client command.
 var nodeSideFiles = map[string]bool{
-	"bench.go": true, "bootstrapcheck.go": true, "config.go": true, "dev.go": true, "gctune.go": true, "man.go": true, "recover.go": true, "sample.go": true,
+	"bench.go": true, "bootstrapcheck.go": true, "config.go": true, "dev.go": true, "gctune.go": true, "man.go": true, "recover.go": true, "reload.go": true, "sample.go": true,
 	"serve.go": true, "snapshot.go": true, "tls.go": true, "version.go": true,
 }
 

@@ -103,6 +103,9 @@ func TestSystemdUnit(t *testing.T) {
 	if exec := u.get("Service", "ExecStart"); !strings.HasSuffix(exec, "lockcluster serve") || !filepath.IsAbs(strings.Fields(exec)[0]) {
 		t.Errorf("ExecStart=%s", exec)
 	}
+	if reload := u.get("Service", "ExecReload"); reload != "/bin/kill -HUP $MAINPID" {
+		t.Errorf("ExecReload=%s: want SIGHUP, which reloads the settings", reload)
+	}
 	if u.get("Service", "KillSignal") != "SIGTERM" {
 		t.Errorf("KillSignal=%s", u.get("Service", "KillSignal"))
 	}

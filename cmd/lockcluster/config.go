@@ -83,8 +83,20 @@ func bindFlags(fs *pflag.FlagSet, settings []setting) {
 // last so they win). Sections that only the file can hold (auth) are
 // decoded into sections.
 func resolve(fs *pflag.FlagSet, settings []setting, file string, sections map[string]any) error {
+	return resolveWith(flagsGiven(fs), settings, file, sections)
+}
+
+// flagsGiven are the flags the user set, with their values.
+func flagsGiven(fs *pflag.FlagSet) map[string]string {
 	flagged := map[string]string{}
 	fs.Visit(func(f *pflag.Flag) { flagged[f.Name] = f.Value.String() })
+	return flagged
+}
+
+// resolveWith is resolve with the flags given at start: a reload (SIGHUP)
+// reads the file and the environment again and applies the same flags
+// last, so they keep winning.
+func resolveWith(flagged map[string]string, settings []setting, file string, sections map[string]any) error {
 	if file != "" {
 		if err := readFile(file, settings, sections); err != nil {
 			return err

@@ -53,6 +53,12 @@ type serveConfig struct {
 	connIdle                                  time.Duration
 	limits                                    limitSettings
 	auth                                      auth.Config // from the file's auth section only
+	tlsWatch                                  time.Duration
+	// For a reload (reload.go): the config file, the flags given at start,
+	// and GOMEMLIMIT's value (or none) before memory-limit changed it.
+	file         string
+	given        map[string]string
+	memoryLimit0 int64
 }
 
 // limitSettings are the replicated limits (SPEC §10) a node proposes when it
@@ -101,6 +107,7 @@ func (c *serveConfig) settings() []setting {
 		{key: "tls-key", usage: "this node's private key (PEM)", str: &c.tls.Key},
 		{key: "tls-ca", usage: "the CA that signs nodes' and clients' certificates; raft peers must present one", str: &c.tls.CA},
 		{key: "tls-client-auth", usage: "client certificates on the client API: none, verify-if-given (default with a CA) or require", str: &c.tls.ClientAuth},
+		{key: "tls-watch-interval", usage: "check the tls-cert, tls-key and tls-ca files this often and load them again when they changed, as a SIGHUP does (0: only on SIGHUP)", dur: &c.tlsWatch},
 		{key: "max-message-bytes", usage: "largest gRPC message accepted", num: &c.maxMessage},
 		{key: "session-rate", usage: "writes per second one session may make through this node (0: no limit)", float: &c.sessionRate},
 		{key: "session-burst", usage: "writes a session may make at once above session-rate", num: &c.sessionBurst},
@@ -135,7 +142,8 @@ func defaultServeConfig() *serveConfig {
 		checkpointEvery: raftnode.DefaultCheckpointInterval, logStore: raftnode.LogStoreWAL, checkpointEntries: raftnode.DefaultCheckpointEntries,
 		maxMessage: 4 << 20, streamBacklog: server.DefaultStreamBacklogBytes, streamsPerSession: server.DefaultMaxStreamsPerSession,
 		streamsPerConn: node.DefaultMaxConcurrentStreams, connsPerIP: node.DefaultMaxConnsPerIP, connIdle: node.DefaultConnIdleTimeout, sessionRate: 5000, sessionBurst: 10000, auditRefusalInterval: server.DefaultAuditRefusalInterval,
-		namespaceRate: 50000, namespaceBurst: 100000, namespaceBytesRate: 8 << 20, namespaceBytesBurst: 16 << 20, refusalRate: 1000, limits: defaultLimits(), gcHeadroom: "256MiB"}
+		namespaceRate: 50000, namespaceBurst: 100000, namespaceBytesRate: 8 << 20, namespaceBytesBurst: 16 << 20, refusalRate: 1000, limits: defaultLimits(), gcHeadroom: "256MiB",
+		tlsWatch: 5 * time.Second}
 }
 
 func newServe() *cobra.Command { return serveCommand(defaultServeConfig()) }
@@ -192,7 +200,8 @@ in its log.`,
 			if file == "" {
 				file = os.Getenv("LOCKCLUSTER_CONFIG")
 			}
-			if err := resolve(cmd.Flags(), c.settings(), file, map[string]any{"auth": &c.auth}); err != nil {
+			c.file, c.given = file, flagsGiven(cmd.Flags())
+			if err := resolveWith(c.given, c.settings(), file, map[string]any{"auth": &c.auth}); err != nil {
 				return &exitError{code: exitUsage, msg: err.Error()}
 			}
 			return c.run()
@@ -237,6 +246,11 @@ func (c *serveConfig) run() error {
 		lo.Color = hclog.ColorOff
 	}
 	logger := hclog.New(lo)
+	// SIGHUP reloads the settings (reload.go): caught from here on, so that
+	// one sent while the node starts waits for it instead of killing it.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	peers, err := parsePeers(c.bootstrap)
 	if err != nil {
 		return &exitError{code: exitUsage, msg: err.Error()}
@@ -244,44 +258,31 @@ func (c *serveConfig) run() error {
 	if len(peers) == 0 && c.join == "" {
 		peers = []raftnode.Peer{{ID: c.id}}
 	}
-	limits := c.limits.fsm()
-	if err := limits.Validate(); err != nil {
+	// GOMEMLIMIT's, or none: what a reload that clears memory-limit restores.
+	c.memoryLimit0 = debug.SetMemoryLimit(-1)
+	if err := c.setMemoryLimit(); err != nil {
 		return &exitError{code: exitUsage, msg: err.Error()}
 	}
-	if c.memoryLimit != "" {
-		n, err := parseBytes(c.memoryLimit)
-		if err != nil {
-			return &exitError{code: exitUsage, msg: "--memory-limit: " + err.Error()}
-		}
-		debug.SetMemoryLimit(n)
-	}
-	if c.gcHeadroom != "0" && os.Getenv("GOGC") == "" {
-		n, err := parseBytes(c.gcHeadroom)
-		if err != nil {
-			return &exitError{code: exitUsage, msg: "--gc-headroom: " + err.Error()}
-		}
-		gctx, stop := context.WithCancel(context.Background())
-		defer stop()
-		go tuneGC(gctx, uint64(n), 2*time.Second)
+	gc := &gcTuner{}
+	defer gc.stop()
+	if err := gc.set(c.gcHeadroom); err != nil {
+		return &exitError{code: exitUsage, msg: err.Error()}
 	}
 	cfg := node.Config{
 		ID: c.id, DataDir: c.dataDir, GRPCAddr: c.grpcAddr, RaftAddr: c.raftAddr, HTTPAddr: c.httpAddr,
 		AdvertiseGRPC: c.advGRPC, AdvertiseRaft: c.advRaft, AdvertiseHTTP: c.advHTTP,
 		Bootstrap: peers, Join: c.join, Logger: logger,
-		TLS: c.tls, Auth: c.auth, MaxMessageBytes: int(c.maxMessage), EnablePprof: c.pprof,
+		MaxMessageBytes: int(c.maxMessage), EnablePprof: c.pprof,
 	}
-	cfg.Server.Limits = &limits
-	if c.auditRefusalInterval <= 0 {
-		return &exitError{code: exitUsage, msg: fmt.Sprintf("--audit-refusal-interval=%s: want a positive duration", c.auditRefusalInterval)}
+	// What a reload changes too (reload.go).
+	if err := c.reloadable(&cfg); err != nil {
+		return &exitError{code: exitUsage, msg: err.Error()}
 	}
-	cfg.Server.AuditRefusalInterval = c.auditRefusalInterval
+	if c.tlsWatch < 0 {
+		return &exitError{code: exitUsage, msg: fmt.Sprintf("--tls-watch-interval=%s: want 0 (off) or a positive duration", c.tlsWatch)}
+	}
+	cfg.TLSWatchInterval = c.tlsWatch
 	cfg.Server.SessionRate, cfg.Server.SessionBurst = c.sessionRate, int(c.sessionBurst)
-	cfg.Server.NamespaceRate, cfg.Server.NamespaceBurst = c.namespaceRate, int(c.namespaceBurst)
-	if c.namespaceBytesRate < 0 || c.namespaceBytesBurst < 0 {
-		return &exitError{code: exitUsage, msg: fmt.Sprintf("--namespace-bytes-rate=%d, --namespace-bytes-burst=%d: want sizes of 0 or more", c.namespaceBytesRate, c.namespaceBytesBurst)}
-	}
-	cfg.Server.NamespaceBytesRate, cfg.Server.NamespaceBytesBurst = float64(c.namespaceBytesRate), int(c.namespaceBytesBurst)
-	cfg.Server.RefusalRate = c.refusalRate
 	if c.streamBacklog <= 0 || c.streamBacklog > math.MaxInt32 {
 		return &exitError{code: exitUsage, msg: fmt.Sprintf("--stream-backlog-bytes=%d: want a positive size under 2 GiB", c.streamBacklog)}
 	}
@@ -327,11 +328,18 @@ func (c *serveConfig) run() error {
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
 	removed := false
-	select {
-	case s := <-sig:
-		logger.Info("stopping", "signal", s.String())
-	case <-n.Removed():
-		removed = true
+wait:
+	for {
+		select {
+		case s := <-sig:
+			logger.Info("stopping", "signal", s.String())
+			break wait
+		case <-hup:
+			c.reload(n, cfg, logger, gc) // reload.go
+		case <-n.Removed():
+			removed = true
+			break wait
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()

@@ -16,9 +16,11 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
+	"sync/atomic"
 
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
@@ -75,9 +77,17 @@ func (c Config) validate() error {
 	return nil
 }
 
-// Authorizer answers who may do what.
+// Authorizer answers who may do what. Its credentials change at run time
+// with Swap (a reload): a check reads one table, the old or the new, never
+// a mix; whether auth is on at all is fixed when it is built.
 type Authorizer struct {
-	enabled    bool
+	enabled bool
+	t       atomic.Pointer[Table]
+}
+
+// Table is one set of credentials, digested: New builds the first, Prepare
+// the next ones.
+type Table struct {
 	admin      [][32]byte
 	adminIDs   map[string]bool
 	namespaces map[string]grant
@@ -89,27 +99,59 @@ type grant struct {
 	ids    map[string]bool
 }
 
+// ErrToggle is Prepare's error for credentials that would turn auth on or
+// off: that needs a restart (the interceptors and the HTTP protection are
+// chosen at start).
+var ErrToggle = errors.New("auth: turning authentication on or off (adding the first credential or removing the last) needs a restart")
+
 // New builds an Authorizer; a zero Config allows everything.
 func New(c Config) (*Authorizer, error) {
+	t, err := table(c)
+	if err != nil {
+		return nil, err
+	}
+	a := &Authorizer{enabled: c.enabled()}
+	a.t.Store(t)
+	return a, nil
+}
+
+// Prepare checks c and builds its table, for Swap; it changes nothing. It
+// refuses, with ErrToggle, credentials that would turn auth on or off.
+func (a *Authorizer) Prepare(c Config) (*Table, error) {
+	if c.enabled() != a.Enabled() {
+		return nil, ErrToggle
+	}
+	return table(c)
+}
+
+// Swap puts t in force: every check from now on reads it. A call already
+// checked is not checked again; a session stream keeps the namespace its
+// attach was granted.
+func (a *Authorizer) Swap(t *Table) { a.t.Store(t) }
+
+func table(c Config) (*Table, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	a := &Authorizer{enabled: c.enabled(), adminIDs: set(c.AdminIdentities), namespaces: map[string]grant{}}
-	for _, t := range c.AdminTokens {
-		a.admin = append(a.admin, sha256.Sum256([]byte(t)))
+	t := &Table{adminIDs: set(c.AdminIdentities), namespaces: map[string]grant{}}
+	for _, tok := range c.AdminTokens {
+		t.admin = append(t.admin, sha256.Sum256([]byte(tok)))
 	}
 	if len(c.AdminTokens) > 0 {
-		a.nodeToken = c.AdminTokens[0]
+		t.nodeToken = c.AdminTokens[0]
 	}
 	for name, ns := range c.Namespaces {
 		g := grant{ids: set(ns.Identities)}
-		for _, t := range ns.Tokens {
-			g.tokens = append(g.tokens, sha256.Sum256([]byte(t)))
+		for _, tok := range ns.Tokens {
+			g.tokens = append(g.tokens, sha256.Sum256([]byte(tok)))
 		}
-		a.namespaces[name] = g
+		t.namespaces[name] = g
 	}
-	return a, nil
+	return t, nil
 }
+
+// table is the credentials in force.
+func (a *Authorizer) table() *Table { return a.t.Load() }
 
 func set(xs []string) map[string]bool {
 	m := map[string]bool{}
@@ -128,7 +170,7 @@ func (a *Authorizer) NodeToken() string {
 	if a == nil {
 		return ""
 	}
-	return a.nodeToken
+	return a.table().nodeToken
 }
 
 // Caller is what a call presented.
@@ -175,15 +217,22 @@ func (c Caller) matches(tokens [][32]byte, ids map[string]bool) bool {
 
 // Admin reports whether the caller holds an admin credential.
 func (a *Authorizer) Admin(c Caller) bool {
-	return !a.Enabled() || c.matches(a.admin, a.adminIDs)
+	return !a.Enabled() || a.table().admits(c)
 }
+
+// admits reports whether the caller holds one of t's admin credentials.
+func (t *Table) admits(c Caller) bool { return c.matches(t.admin, t.adminIDs) }
 
 // namespace reports whether the caller may use namespace ns.
 func (a *Authorizer) namespace(c Caller, ns string) bool {
-	if a.Admin(c) {
+	if !a.Enabled() {
 		return true
 	}
-	g, ok := a.namespaces[ns]
+	t := a.table() // one table for the whole decision
+	if t.admits(c) {
+		return true
+	}
+	g, ok := t.namespaces[ns]
 	if !ok {
 		// Check anyway, against nothing, so that an unknown namespace takes
 		// as long to refuse as a known one.

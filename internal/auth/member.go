@@ -86,5 +86,5 @@ func memberCertificate(ctx context.Context, isMember func(string) bool) bool {
 // NodeIdentity reports whether a client-certificate identity is one auth
 // knows as a node's: an admin identity (false when auth is off).
 func (a *Authorizer) NodeIdentity(identity string) bool {
-	return a.Enabled() && a.adminIDs[identity]
+	return a.Enabled() && a.table().adminIDs[identity]
 }

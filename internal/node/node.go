@@ -70,6 +70,9 @@ type Config struct {
 	// TLS, when any file is set, secures the client API, the raft links
 	// (both ways verified against the CA) and the HTTP port.
 	TLS TLSFiles
+	// TLSWatchInterval, when positive, is how often the node checks its
+	// TLS files and loads them again when they changed (reload.go).
+	TLSWatchInterval time.Duration
 	// Auth, when configured, requires credentials (see package auth).
 	Auth auth.Config
 	// MaxMessageBytes bounds a gRPC message (default 4 MiB).
@@ -116,6 +119,11 @@ type Node struct {
 	once          sync.Once
 	closeErr      error
 	removed       chan struct{} // removed.go
+
+	// reload.go: the TLS files in force (nil without TLS: tls.go), and one
+	// Reload at a time.
+	tls      *tlsStore
+	reloadMu sync.Mutex
 }
 
 // Start starts a node and returns once it serves (it may not have a leader
@@ -228,6 +236,10 @@ func (n *Node) start() error {
 	n.wg.Add(2)
 	go func() { defer n.wg.Done(); n.watchHealth(ctx) }()
 	go func() { defer n.wg.Done(); n.watchRemoval(ctx) }()
+	if n.tls != nil && cfg.TLSWatchInterval > 0 {
+		n.wg.Add(1)
+		go func() { defer n.wg.Done(); n.watchTLS(ctx, cfg.TLSWatchInterval) }() // reload.go
+	}
 	if cfg.Join != "" && len(cfg.Bootstrap) == 0 {
 		n.wg.Add(1)
 		go func() { defer n.wg.Done(); n.join(ctx, self) }()
@@ -258,8 +270,8 @@ func (h *sinkHolder) apply(index uint64, ap fsm.Applied) {
 // join asks a member to add this node, until it is a member.
 func (n *Node) join(ctx context.Context, self fsm.Member) {
 	cc, err := grpc.NewClient(n.cfg.Join, n.cfg.Server.DialOptions...)
-	if n.cfg.Server.NodeToken != "" {
-		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+n.cfg.Server.NodeToken)
+	if token := n.nodeToken(); token != "" {
+		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token)
 	}
 	if err != nil {
 		n.log.Error("cannot join: bad join address", "join", n.cfg.Join, "error", err)

@@ -69,8 +69,8 @@ func (n *Node) watchRemoval(ctx context.Context) {
 // member it joined through) for the membership; it reports true, with the leader that answered, when a
 // leader's answer does not list this node.
 func (n *Node) removedBy(ctx context.Context) (string, bool) {
-	if n.cfg.Server.NodeToken != "" {
-		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+n.cfg.Server.NodeToken)
+	if token := n.nodeToken(); token != "" { // reload.go: it may change
+		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token)
 	}
 	var addrs []string
 	for _, m := range n.machine.Members() {

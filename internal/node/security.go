@@ -2,8 +2,6 @@ package node
 
 import (
 	"context"
-	"crypto/tls"
-	"fmt"
 	"time"
 
 	"google.golang.org/grpc"
@@ -57,24 +55,20 @@ func (n *Node) secure() error {
 		}
 		return nil
 	}
-	server, client, err := cfg.TLS.load()
+	// Every configuration reads the files in force at each handshake: a
+	// reload changes them for new connections (tls.go, reload.go).
+	st, err := loadTLS(cfg.TLS)
 	if err != nil {
 		return err
 	}
-	n.serverOptions = append(n.serverOptions, grpc.Creds(credentials.NewTLS(server)))
+	n.tls = newTLSStore(st, n.log.Named("tls"))
+	n.serverOptions = append(n.serverOptions, grpc.Creds(credentials.NewTLS(n.tls.serverConfig())))
 	if cfg.Server.DialOptions == nil {
-		cfg.Server.DialOptions = []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(client))}
+		cfg.Server.DialOptions = []grpc.DialOption{grpc.WithTransportCredentials(&peerCreds{store: n.tls})}
 	}
-	http := server.Clone()
-	http.ClientAuth = tls.NoClientCert
-	n.httpTLS = http
+	n.httpTLS = n.tls.httpConfig()
 	// Raft peers must present a certificate of the cluster's CA.
-	raftServer := server.Clone()
-	if raftServer.ClientCAs == nil {
-		return fmt.Errorf("tls: the raft links need the cluster's CA (--tls-ca) to verify peers")
-	}
-	raftServer.ClientAuth = tls.RequireAndVerifyClientCert
-	sl, err := newStreamLayer(cfg.RaftAddr, cfg.AdvertiseRaft, raftServer, client)
+	sl, err := newStreamLayer(cfg.RaftAddr, cfg.AdvertiseRaft, n.tls.raftConfig(), n.tls.peerConfig)
 	if err != nil {
 		return err
 	}

@@ -14,12 +14,13 @@ import (
 type streamLayer struct {
 	net.Listener
 	advertise net.Addr
-	client    *tls.Config
+	client    func() *tls.Config // a new one per dial: the files in force (tls.go)
 }
 
-// newStreamLayer listens on bind with server and dials with client.
-// advertise, when set, is the address other members reach this one on.
-func newStreamLayer(bind, advertise string, server, client *tls.Config) (*streamLayer, error) {
+// newStreamLayer listens on bind with server and dials with a
+// configuration from client. advertise, when set, is the address other
+// members reach this one on.
+func newStreamLayer(bind, advertise string, server *tls.Config, client func() *tls.Config) (*streamLayer, error) {
 	l, err := net.Listen("tcp", bind)
 	if err != nil {
 		return nil, fmt.Errorf("raft TLS listener %s: %w", bind, err)
@@ -41,7 +42,7 @@ func (s *streamLayer) Addr() net.Addr { return s.advertise }
 
 // Dial opens a TLS connection to a peer.
 func (s *streamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
-	cfg := s.client.Clone()
+	cfg := s.client()
 	if cfg.ServerName == "" {
 		host, _, err := net.SplitHostPort(string(address))
 		if err == nil {

@@ -43,12 +43,12 @@ const (
 const otherPeers = "other peers"
 
 type refusalPacer struct {
-	interval time.Duration
-	log      hclog.Logger
+	log hclog.Logger
 
-	mu    sync.Mutex
-	peers map[string]*peerRefusals
-	other peerRefusals // the peers past auditRefusalPeers, together
+	mu       sync.Mutex
+	interval time.Duration // changes on a reload (setInterval)
+	peers    map[string]*peerRefusals
+	other    peerRefusals // the peers past auditRefusalPeers, together
 }
 
 // peerRefusals is one peer's interval.
@@ -70,6 +70,24 @@ func newRefusalPacer(interval time.Duration, log hclog.Logger) *refusalPacer {
 		interval = DefaultAuditRefusalInterval
 	}
 	return &refusalPacer{interval: interval, log: log, peers: map[string]*peerRefusals{}}
+}
+
+// setInterval changes the interval (a reload; <= 0: the default). The
+// intervals under way end by the new one; run's ticker follows at its
+// next tick.
+func (p *refusalPacer) setInterval(d time.Duration) {
+	if d <= 0 {
+		d = DefaultAuditRefusalInterval
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.interval = d
+}
+
+func (p *refusalPacer) currentInterval() time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.interval
 }
 
 // peerKey is the host of a caller's address: one peer whatever the port
@@ -148,7 +166,9 @@ func (p *refusalPacer) summary(peer string, r *peerRefusals, now time.Time) {
 // left: a summary line comes at most one and a half intervals after its
 // interval began.
 func (p *refusalPacer) run(ctx context.Context, now func() time.Time) {
-	t := time.NewTicker(max(p.interval/2, time.Millisecond))
+	every := func() time.Duration { return max(p.currentInterval()/2, time.Millisecond) }
+	period := every()
+	t := time.NewTicker(period)
 	defer t.Stop()
 	for {
 		select {
@@ -157,6 +177,10 @@ func (p *refusalPacer) run(ctx context.Context, now func() time.Time) {
 			return
 		case <-t.C:
 			p.flush(now(), false)
+		}
+		if d := every(); d != period {
+			period = d
+			t.Reset(period)
 		}
 	}
 }

@@ -51,9 +51,9 @@ func (s *Server) forwardContext(ctx context.Context) context.Context {
 	if s.adminCaller(ctx) {
 		out.Set(adminKey, "1") // the leader trusts it from a node only
 	}
-	if s.cfg.NodeToken != "" {
+	if token := s.nodeToken(); token != "" { // reload.go: it may change
 		// This node checked the caller's rights; the next trusts the node.
-		out.Set("authorization", "Bearer "+s.cfg.NodeToken)
+		out.Set("authorization", "Bearer "+token)
 	} else if v := md.Get("authorization"); len(v) > 0 {
 		out.Set("authorization", v...)
 	}

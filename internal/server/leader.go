@@ -2,10 +2,8 @@ package server
 
 import (
 	"context"
-	"fmt"
 	"time"
 
-	"github.com/lockcluster/lockcluster/fsm"
 	"github.com/lockcluster/lockcluster/raftnode"
 	"github.com/lockcluster/lockcluster/session"
 )
@@ -44,26 +42,19 @@ func (s *Server) followLeadership(ctx context.Context) {
 // followers' forwarded heartbeats are renewed from the first; once session
 // liveness has re-armed every session (after a read barrier,
 // session/DESIGN.md), it applies this node's limits, then makes sure the
-// member directory has its own record and no stale ones (membership.go).
+// member directory has its own record and no stale ones (membership.go);
+// then, for the rest of its term, it proposes the limits again each time a
+// reload changes them (reload.go).
 func (s *Server) lead(ctx context.Context) {
 	drawn := s.drawClusterSecret(ctx)
 	if err := s.live.Lead(ctx); err != nil {
 		return
 	}
 	s.log.Info("leading", "applied", s.m.LastIndex())
-	if want := s.cfg.Limits; want != nil && *want != s.m.Limits() {
-		ap, _, err := s.propose(ctx, &fsm.SetLimits{Limits: *want})
-		if err == nil {
-			err = ap.Result.Err
-		}
-		if err != nil && ctx.Err() == nil {
-			s.log.Warn("applying this node's limits failed", "error", err)
-		} else if err == nil {
-			s.log.Info("applied this node's limits to the cluster", "limits", fmt.Sprintf("%+v", *want))
-		}
-	}
+	s.applyLimits(ctx) // reload.go
 	s.members.lead(ctx)
 	s.keepDrawing(ctx, drawn)
+	s.keepLimits(ctx) // until the term ends: a reload's new limits
 }
 
 // sessionLog is what session liveness reads of this node's log: for

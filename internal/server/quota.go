@@ -104,25 +104,28 @@ func (s *Server) refusedBy(ns, reason string, err error) error {
 // node, or refuses it (ResourceExhausted, with a RetryInfo saying when the
 // bucket will hold enough) and charges nothing.
 func (s *Server) takeQuota(cmd fsm.Command) error {
-	if s.nsRate == nil && s.nsBytes == nil {
+	bytesOn := s.nsBytes.on() // the rates change on a reload (reload.go)
+	if !bytesOn && !s.nsRate.on() {
 		return nil
 	}
 	ns, now := namespaceOf(cmd), s.cfg.Now()
 	if ok, wait := s.nsRate.take(ns, now, 1); !ok {
 		s.refused(ns, RefusedRate)
+		rate, burst := s.nsRate.limits()
 		return rpcerr.WithRetryDelay(toStatus(&fsm.Error{Code: fsm.CodeLimit,
-			Msg: fmt.Sprintf("namespace %s is over its write rate limit of %g per second (burst %g): slow down", strconv.Quote(ns), s.nsRate.rate, s.nsRate.burst)}), wait)
+			Msg: fmt.Sprintf("namespace %s is over its write rate limit of %g per second (burst %g): slow down", strconv.Quote(ns), rate, burst)}), wait)
 	}
-	if s.nsBytes == nil {
+	if !bytesOn {
 		return nil
 	}
 	n := fsm.EntryBytes(cmd)
 	if ok, wait := s.nsBytes.take(ns, now, float64(n)); !ok {
 		s.nsRate.refund(ns, 1)
 		s.refused(ns, RefusedBytesRate)
+		rate, burst := s.nsBytes.limits()
 		return rpcerr.WithRetryDelay(toStatus(&fsm.Error{Code: fsm.CodeLimit,
 			Msg: fmt.Sprintf("namespace %s is over its byte rate limit of %g bytes of entries per second (burst %g; this entry is %d bytes): slow down",
-				strconv.Quote(ns), s.nsBytes.rate, s.nsBytes.burst, n)}), wait)
+				strconv.Quote(ns), rate, burst, n)}), wait)
 	}
 	return nil
 }

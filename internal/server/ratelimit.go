@@ -6,11 +6,13 @@ import (
 )
 
 // rateLimiter bounds writes with a token bucket per key (a session, a
-// namespace); buckets idle for a minute are dropped.
+// namespace); buckets idle for a minute are dropped. A nil one, or one
+// whose rate is 0, bounds nothing. Its rate and burst change with set (a
+// reload) without losing the buckets.
 type rateLimiter[K comparable] struct {
-	rate  float64
-	burst float64
 	mu    sync.Mutex
+	rate  float64 // <= 0: no bound
+	burst float64
 	b     map[K]*bucket
 	swept time.Time
 }
@@ -20,17 +22,43 @@ type bucket struct {
 	last   time.Time
 }
 
+// newRateLimiter returns a limiter of rate a second with a burst of burst
+// (default: rate, at least 1); rate <= 0 bounds nothing until set gives
+// it a rate.
 func newRateLimiter[K comparable](rate float64, burst int) *rateLimiter[K] {
+	r := &rateLimiter[K]{b: map[K]*bucket{}}
+	r.set(rate, burst)
+	return r
+}
+
+// set changes the rate and the burst. The buckets stay: one holding more
+// than the new burst is cut to it at its next use, one holding less
+// refills at the new rate from what it holds.
+func (r *rateLimiter[K]) set(rate float64, burst int) {
 	if rate <= 0 {
-		return nil
+		rate, burst = 0, 0
+	} else if burst < 1 {
+		burst = max(int(rate), 1)
 	}
-	if burst < 1 {
-		burst = int(rate)
-		if burst < 1 {
-			burst = 1
-		}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.rate, r.burst = rate, float64(burst)
+}
+
+// limits returns the rate and the burst (0, 0: no bound).
+func (r *rateLimiter[K]) limits() (rate, burst float64) {
+	if r == nil {
+		return 0, 0
 	}
-	return &rateLimiter[K]{rate: rate, burst: float64(burst), b: map[K]*bucket{}}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.rate, r.burst
+}
+
+// on reports whether the limiter bounds anything.
+func (r *rateLimiter[K]) on() bool {
+	rate, _ := r.limits()
+	return rate > 0
 }
 
 // allow takes one token from key's bucket.
@@ -46,9 +74,12 @@ func (r *rateLimiter[K]) take(key K, now time.Time, n float64) (bool, time.Durat
 	if r == nil {
 		return true, 0
 	}
-	n = min(n, r.burst)
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.rate <= 0 {
+		return true, 0
+	}
+	n = min(n, r.burst)
 	b := r.refill(key, now)
 	if b.tokens < n {
 		return false, time.Duration((n - b.tokens) / r.rate * float64(time.Second))
@@ -62,9 +93,9 @@ func (r *rateLimiter[K]) refund(key K, n float64) {
 	if r == nil {
 		return
 	}
-	n = min(n, r.burst)
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	n = min(n, r.burst)
 	if b := r.b[key]; b != nil {
 		b.tokens = min(r.burst, b.tokens+n)
 	}
@@ -79,6 +110,9 @@ func (r *rateLimiter[K]) delay(key K, now time.Time, limit time.Duration) time.D
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.rate <= 0 {
+		return 0
+	}
 	b := r.refill(key, now)
 	b.tokens = max(b.tokens-1, -limit.Seconds()*r.rate)
 	if b.tokens >= 0 {

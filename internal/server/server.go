@@ -142,6 +142,7 @@ type Server struct {
 	leaderless leaderless           // since when this node has known no leader (touch.go)
 	attaches   *attachGate          // admission.go
 	member     memberState          // member.go: member-only calls, the cluster secret
+	reload     reloadState          // reload.go: settings a reload changed
 	streams    atomic.Int64         // session streams attached, their handlers running (stream.go)
 	log        hclog.Logger
 	done       chan struct{} // closed when Run returns: streams end
@@ -167,6 +168,7 @@ func New(cfg Config) *Server {
 	}
 	s := &Server{cfg: cfg, m: cfg.Machine, log: cfg.Logger, done: make(chan struct{})}
 	s.members.s = s
+	s.reload.limitsChanged = make(chan struct{}, 1)
 	queue := cfg.AttachQueue
 	if queue == 0 {
 		queue = defaultAttachQueue
