@@ -55,7 +55,7 @@ type clientConfig struct {
 // to them (serve has a --config of its own). Any other command dials, and
 // TestClientConfigEveryCommand checks that it honours --config.
 var offlineCommands = []string{
-	"lockcluster serve", "lockcluster dev", "lockcluster tls", "lockcluster version", "lockcluster snapshot restore",
+	"lockcluster serve", "lockcluster dev", "lockcluster tls", "lockcluster version", "lockcluster snapshot restore", "lockcluster recover",
 	"lockcluster __man", "lockcluster __reap", "lockcluster help", "lockcluster completion",
 	"lockcluster __complete", "lockcluster __completeNoDesc",
 }

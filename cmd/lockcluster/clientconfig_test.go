@@ -98,11 +98,11 @@ func TestClientConfigEveryCommand(t *testing.T) {
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
 			}
-			exited := make(chan error, 1)
-			go func() { exited <- cmd.Wait() }()
+			exited, done := make(chan error, 1), make(chan struct{})
+			go func() { exited <- cmd.Wait(); close(done) }()
 			defer func() {
 				cmd.Process.Kill()
-				<-exited
+				<-done // not <-exited: the select below may have taken its value
 			}()
 			select {
 			case <-viaFile:
