@@ -55,6 +55,83 @@ func (n *Node) Join(ctx context.Context, id, addr string) error {
 	return nil
 }
 
+// AddLearner adds server id at addr as a learner: raft's non-voter, which
+// receives the log but neither votes nor counts toward a commit, so a node
+// with a long log to catch up does not slow the cluster's commits; Promote
+// makes it a voter. It must run on the leader (else *NotLeaderError). It
+// is idempotent as Join is: id already a learner at addr in the committed
+// configuration returns nil at once. A voter is never demoted: adding a
+// voter as a learner changes only its address (raft's AddNonvoter keeps
+// its suffrage). An addr used by another member is refused.
+func (n *Node) AddLearner(ctx context.Context, id, addr string) error {
+	if id == "" || addr == "" {
+		return fmt.Errorf("raftnode: add learner: id=%q addr=%q: both are required", id, addr)
+	}
+	if n.isClosing() {
+		return ErrShutdown
+	}
+	conf, committed, err := n.configuration()
+	if err != nil {
+		return err
+	}
+	for _, s := range conf.Servers {
+		switch {
+		case string(s.ID) == id && string(s.Address) == addr && committed:
+			n.logger.Debug("add learner: already a member", "id", id, "addr", addr, "suffrage", s.Suffrage)
+			return nil
+		case string(s.ID) != id && string(s.Address) == addr:
+			return fmt.Errorf("raftnode: add learner %s: address %s is used by member %s; remove it first", id, addr, s.ID)
+		}
+	}
+	ctx, cancel, timeout := withTimeout(ctx)
+	defer cancel()
+	f := n.raft.AddNonvoter(raft.ServerID(id), raft.ServerAddress(addr), 0, timeout)
+	if err := n.awaitChange(ctx, f); err != nil {
+		return err
+	}
+	n.logger.Info("learner added", "id", id, "addr", addr, "index", f.Index())
+	return nil
+}
+
+// Promote makes learner id a voter at its address (raft's AddVoter of a
+// non-voter). It must run on the leader (else *NotLeaderError). The change
+// is made against the configuration Promote read: one that changed in
+// between (a leave, another promotion) fails it rather than revive a
+// removed member. A voter returns nil at once; an id that is not in the
+// committed configuration matches ErrNotMember. Whether the learner has
+// caught up is the caller's to judge.
+func (n *Node) Promote(ctx context.Context, id string) error {
+	if id == "" {
+		return errors.New(`raftnode: promote: id="": required`)
+	}
+	if n.isClosing() {
+		return ErrShutdown
+	}
+	f := n.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return n.mapReadError(err)
+	}
+	var ids []string
+	for _, s := range f.Configuration().Servers {
+		ids = append(ids, string(s.ID))
+		if string(s.ID) != id {
+			continue
+		}
+		if s.Suffrage == raft.Voter {
+			return nil
+		}
+		ctx, cancel, timeout := withTimeout(ctx)
+		defer cancel()
+		af := n.raft.AddVoter(s.ID, s.Address, f.Index(), timeout)
+		if err := n.awaitChange(ctx, af); err != nil {
+			return err
+		}
+		n.logger.Info("learner promoted to voter", "id", id, "addr", s.Address, "index", af.Index())
+		return nil
+	}
+	return notMember{id: id, members: ids}
+}
+
 // Leave removes server id from the cluster (raft RemoveServer); it works
 // for dead members too. It must run on the leader (else *NotLeaderError).
 // Removing an id that is not in the committed configuration is an error
