@@ -243,6 +243,12 @@ const (
 	// has not applied the index the client has already seen). Safe to retry
 	// on another node.
 	ErrorReason_NOT_READY ErrorReason = 12
+	// FailedPrecondition: the call needs a feature of a protocol level above
+	// the cluster's (a member runs an older release: upgrade it first). The
+	// metadata names the feature, the level it needs ("needed_level"), the
+	// cluster's level ("cluster_level") and the lowest member
+	// ("lowest_member").
+	ErrorReason_CLUSTER_LEVEL ErrorReason = 13
 )
 
 // Enum value maps for ErrorReason.
@@ -261,6 +267,7 @@ var (
 		10: "REPLICA_DIVERGED",
 		11: "NOT_MEMBER",
 		12: "NOT_READY",
+		13: "CLUSTER_LEVEL",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED": 0,
@@ -276,6 +283,7 @@ var (
 		"REPLICA_DIVERGED":         10,
 		"NOT_MEMBER":               11,
 		"NOT_READY":                12,
+		"CLUSTER_LEVEL":            13,
 	}
 )
 
@@ -2375,7 +2383,12 @@ func (x *LockInfo) GetRequestedAt() *timestamppb.Timestamp {
 }
 
 type StatusRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Set by the leader's probes (a member's call, with the cluster secret):
+	// the learners the leader promotes only by hand (join no_promote), so
+	// that the member, should it lead next, does not promote them either.
+	// Ignored from any other caller.
+	NoPromote     []string `protobuf:"bytes,1,rep,name=no_promote,json=noPromote,proto3" json:"no_promote,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2410,6 +2423,13 @@ func (*StatusRequest) Descriptor() ([]byte, []int) {
 	return file_lockcluster_proto_rawDescGZIP(), []int{24}
 }
 
+func (x *StatusRequest) GetNoPromote() []string {
+	if x != nil {
+		return x.NoPromote
+	}
+	return nil
+}
+
 type StatusResponse struct {
 	state        protoimpl.MessageState `protogen:"open.v1"`
 	NodeId       string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
@@ -2430,7 +2450,16 @@ type StatusResponse struct {
 	// disk takes no writes, or it does not apply what the leader commits.
 	// Empty while it is fit to serve. Status itself answers regardless: it
 	// tells only the node's own facts.
-	Unfit         string `protobuf:"bytes,14,opt,name=unfit,proto3" json:"unfit,omitempty"`
+	Unfit string `protobuf:"bytes,14,opt,name=unfit,proto3" json:"unfit,omitempty"`
+	// The protocol level this node's build supports (fsm/level.go): which
+	// entry types and snapshot formats it can apply and read. A node of a
+	// release before levels does not send it: 0 means level 1.
+	ProtocolLevel uint32 `protobuf:"varint,15,opt,name=protocol_level,json=protocolLevel,proto3" json:"protocol_level,omitempty"`
+	// On the leader, the cluster's protocol level: the lowest level among
+	// the members of the raft configuration, as its probes heard them (a
+	// member not heard from yet counts as the previous release's level).
+	// Nothing newer is proposed. 0 on a follower.
+	ClusterLevel  uint32 `protobuf:"varint,16,opt,name=cluster_level,json=clusterLevel,proto3" json:"cluster_level,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2563,6 +2592,20 @@ func (x *StatusResponse) GetUnfit() string {
 	return ""
 }
 
+func (x *StatusResponse) GetProtocolLevel() uint32 {
+	if x != nil {
+		return x.ProtocolLevel
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetClusterLevel() uint32 {
+	if x != nil {
+		return x.ClusterLevel
+	}
+	return 0
+}
+
 type MembersRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -2623,7 +2666,18 @@ type Member struct {
 	Version string `protobuf:"bytes,12,opt,name=version,proto3" json:"version,omitempty"`
 	// Why the member serves no clients, from its last answer (its Status
 	// unfit); empty while it is fit.
-	Unfit         string `protobuf:"bytes,13,opt,name=unfit,proto3" json:"unfit,omitempty"`
+	Unfit string `protobuf:"bytes,13,opt,name=unfit,proto3" json:"unfit,omitempty"`
+	// The member's protocol level, from its last answer (1 for a member of
+	// a release before levels, which answers without one); 0 when the
+	// leader has not heard it.
+	ProtocolLevel uint32 `protobuf:"varint,14,opt,name=protocol_level,json=protocolLevel,proto3" json:"protocol_level,omitempty"`
+	// A learner (suffrage "Nonvoter") that the leader promotes only by hand
+	// (joined with no_promote). Set only by the leader.
+	NoPromote bool `protobuf:"varint,15,opt,name=no_promote,json=noPromote,proto3" json:"no_promote,omitempty"`
+	// For a learner, from the leader: the most entries behind the leader's
+	// commit index (lag) at which it is promoted (automatically, once it has
+	// stayed within it for a few probes, or by hand). 0 otherwise.
+	PromoteWithin uint64 `protobuf:"varint,16,opt,name=promote_within,json=promoteWithin,proto3" json:"promote_within,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2749,6 +2803,27 @@ func (x *Member) GetUnfit() string {
 	return ""
 }
 
+func (x *Member) GetProtocolLevel() uint32 {
+	if x != nil {
+		return x.ProtocolLevel
+	}
+	return 0
+}
+
+func (x *Member) GetNoPromote() bool {
+	if x != nil {
+		return x.NoPromote
+	}
+	return false
+}
+
+func (x *Member) GetPromoteWithin() uint64 {
+	if x != nil {
+		return x.PromoteWithin
+	}
+	return 0
+}
+
 type MembersResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Members       []*Member              `protobuf:"bytes,1,rep,name=members,proto3" json:"members,omitempty"`
@@ -2802,7 +2877,16 @@ type JoinRequest struct {
 	// Only record the member's addresses in the directory: fail with
 	// NOT_MEMBER, rather than add it, if it is not a member. A node records
 	// itself so, so that it never re-adds itself after a leave.
-	RecordOnly    bool `protobuf:"varint,5,opt,name=record_only,json=recordOnly,proto3" json:"record_only,omitempty"`
+	RecordOnly bool `protobuf:"varint,5,opt,name=record_only,json=recordOnly,proto3" json:"record_only,omitempty"`
+	// Add the node as a learner (raft's non-voter): it receives the log but
+	// neither votes nor counts toward a commit, so a node with a long log to
+	// catch up does not slow the cluster's commits. The leader promotes it
+	// to voter once it is caught up (see Promote), unless no_promote is set.
+	// A node that is already a voter stays one. Without it the node is added
+	// as a voter at once.
+	Learner bool `protobuf:"varint,6,opt,name=learner,proto3" json:"learner,omitempty"`
+	// With learner: the leader does not promote it by itself; Promote does.
+	NoPromote     bool `protobuf:"varint,7,opt,name=no_promote,json=noPromote,proto3" json:"no_promote,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2872,6 +2956,20 @@ func (x *JoinRequest) GetRecordOnly() bool {
 	return false
 }
 
+func (x *JoinRequest) GetLearner() bool {
+	if x != nil {
+		return x.Learner
+	}
+	return false
+}
+
+func (x *JoinRequest) GetNoPromote() bool {
+	if x != nil {
+		return x.NoPromote
+	}
+	return false
+}
+
 type JoinResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Voters in the configuration after the join.
@@ -2879,7 +2977,10 @@ type JoinResponse struct {
 	// Set when the join leaves the cluster in a state an operator should
 	// hear of: an even number of voters tolerates no more failures than one
 	// voter fewer, and needs a larger majority.
-	Warning       string `protobuf:"bytes,2,opt,name=warning,proto3" json:"warning,omitempty"`
+	Warning string `protobuf:"bytes,2,opt,name=warning,proto3" json:"warning,omitempty"`
+	// The node is a learner after the join (false: a voter; a leader of a
+	// release before learners adds every node as a voter).
+	Learner       bool `protobuf:"varint,3,opt,name=learner,proto3" json:"learner,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2926,6 +3027,13 @@ func (x *JoinResponse) GetWarning() string {
 		return x.Warning
 	}
 	return ""
+}
+
+func (x *JoinResponse) GetLearner() bool {
+	if x != nil {
+		return x.Learner
+	}
+	return false
 }
 
 type LeaveRequest struct {
@@ -3008,6 +3116,122 @@ func (*LeaveResponse) Descriptor() ([]byte, []int) {
 	return file_lockcluster_proto_rawDescGZIP(), []int{32}
 }
 
+type PromoteRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Promote however far behind the learner is.
+	Force         bool `protobuf:"varint,2,opt,name=force,proto3" json:"force,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PromoteRequest) Reset() {
+	*x = PromoteRequest{}
+	mi := &file_lockcluster_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PromoteRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PromoteRequest) ProtoMessage() {}
+
+func (x *PromoteRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lockcluster_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PromoteRequest.ProtoReflect.Descriptor instead.
+func (*PromoteRequest) Descriptor() ([]byte, []int) {
+	return file_lockcluster_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *PromoteRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *PromoteRequest) GetForce() bool {
+	if x != nil {
+		return x.Force
+	}
+	return false
+}
+
+type PromoteResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Voters in the configuration after the promotion.
+	Voters uint32 `protobuf:"varint,1,opt,name=voters,proto3" json:"voters,omitempty"`
+	// As JoinResponse.warning: an even number of voters.
+	Warning string `protobuf:"bytes,2,opt,name=warning,proto3" json:"warning,omitempty"`
+	// The member was already a voter: nothing changed.
+	AlreadyVoter  bool `protobuf:"varint,3,opt,name=already_voter,json=alreadyVoter,proto3" json:"already_voter,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PromoteResponse) Reset() {
+	*x = PromoteResponse{}
+	mi := &file_lockcluster_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PromoteResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PromoteResponse) ProtoMessage() {}
+
+func (x *PromoteResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lockcluster_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PromoteResponse.ProtoReflect.Descriptor instead.
+func (*PromoteResponse) Descriptor() ([]byte, []int) {
+	return file_lockcluster_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *PromoteResponse) GetVoters() uint32 {
+	if x != nil {
+		return x.Voters
+	}
+	return 0
+}
+
+func (x *PromoteResponse) GetWarning() string {
+	if x != nil {
+		return x.Warning
+	}
+	return ""
+}
+
+func (x *PromoteResponse) GetAlreadyVoter() bool {
+	if x != nil {
+		return x.AlreadyVoter
+	}
+	return false
+}
+
 type TouchRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	SessionIds    []uint64               `protobuf:"varint,1,rep,packed,name=session_ids,json=sessionIds,proto3" json:"session_ids,omitempty"`
@@ -3017,7 +3241,7 @@ type TouchRequest struct {
 
 func (x *TouchRequest) Reset() {
 	*x = TouchRequest{}
-	mi := &file_lockcluster_proto_msgTypes[33]
+	mi := &file_lockcluster_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3029,7 +3253,7 @@ func (x *TouchRequest) String() string {
 func (*TouchRequest) ProtoMessage() {}
 
 func (x *TouchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockcluster_proto_msgTypes[33]
+	mi := &file_lockcluster_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3042,7 +3266,7 @@ func (x *TouchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TouchRequest.ProtoReflect.Descriptor instead.
 func (*TouchRequest) Descriptor() ([]byte, []int) {
-	return file_lockcluster_proto_rawDescGZIP(), []int{33}
+	return file_lockcluster_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *TouchRequest) GetSessionIds() []uint64 {
@@ -3062,7 +3286,7 @@ type TouchResponse struct {
 
 func (x *TouchResponse) Reset() {
 	*x = TouchResponse{}
-	mi := &file_lockcluster_proto_msgTypes[34]
+	mi := &file_lockcluster_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3074,7 +3298,7 @@ func (x *TouchResponse) String() string {
 func (*TouchResponse) ProtoMessage() {}
 
 func (x *TouchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockcluster_proto_msgTypes[34]
+	mi := &file_lockcluster_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3087,7 +3311,7 @@ func (x *TouchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TouchResponse.ProtoReflect.Descriptor instead.
 func (*TouchResponse) Descriptor() ([]byte, []int) {
-	return file_lockcluster_proto_rawDescGZIP(), []int{34}
+	return file_lockcluster_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *TouchResponse) GetUnknown() []uint64 {
@@ -3105,7 +3329,7 @@ type SaveSnapshotRequest struct {
 
 func (x *SaveSnapshotRequest) Reset() {
 	*x = SaveSnapshotRequest{}
-	mi := &file_lockcluster_proto_msgTypes[35]
+	mi := &file_lockcluster_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3117,7 +3341,7 @@ func (x *SaveSnapshotRequest) String() string {
 func (*SaveSnapshotRequest) ProtoMessage() {}
 
 func (x *SaveSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockcluster_proto_msgTypes[35]
+	mi := &file_lockcluster_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3130,7 +3354,7 @@ func (x *SaveSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SaveSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*SaveSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_lockcluster_proto_rawDescGZIP(), []int{35}
+	return file_lockcluster_proto_rawDescGZIP(), []int{37}
 }
 
 // SnapshotHeader describes the snapshot that follows it.
@@ -3155,7 +3379,7 @@ type SnapshotHeader struct {
 
 func (x *SnapshotHeader) Reset() {
 	*x = SnapshotHeader{}
-	mi := &file_lockcluster_proto_msgTypes[36]
+	mi := &file_lockcluster_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3167,7 +3391,7 @@ func (x *SnapshotHeader) String() string {
 func (*SnapshotHeader) ProtoMessage() {}
 
 func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_lockcluster_proto_msgTypes[36]
+	mi := &file_lockcluster_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3180,7 +3404,7 @@ func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotHeader.ProtoReflect.Descriptor instead.
 func (*SnapshotHeader) Descriptor() ([]byte, []int) {
-	return file_lockcluster_proto_rawDescGZIP(), []int{36}
+	return file_lockcluster_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *SnapshotHeader) GetIndex() uint64 {
@@ -3244,7 +3468,7 @@ type SnapshotChunk struct {
 
 func (x *SnapshotChunk) Reset() {
 	*x = SnapshotChunk{}
-	mi := &file_lockcluster_proto_msgTypes[37]
+	mi := &file_lockcluster_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3256,7 +3480,7 @@ func (x *SnapshotChunk) String() string {
 func (*SnapshotChunk) ProtoMessage() {}
 
 func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_lockcluster_proto_msgTypes[37]
+	mi := &file_lockcluster_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3269,7 +3493,7 @@ func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
 func (*SnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_lockcluster_proto_rawDescGZIP(), []int{37}
+	return file_lockcluster_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *SnapshotChunk) GetHeader() *SnapshotHeader {
@@ -3463,8 +3687,10 @@ const file_lockcluster_proto_rawDesc = "" +
 	"\x05token\x18\a \x01(\x04R\x05token\x12;\n" +
 	"\vacquired_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"acquiredAt\x12=\n" +
-	"\frequested_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\vrequestedAt\"\x0f\n" +
-	"\rStatusRequest\"\x92\x03\n" +
+	"\frequested_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\vrequestedAt\".\n" +
+	"\rStatusRequest\x12\x1d\n" +
+	"\n" +
+	"no_promote\x18\x01 \x03(\tR\tnoPromote\"\xde\x03\n" +
 	"\x0eStatusResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12\x1b\n" +
@@ -3484,8 +3710,10 @@ const file_lockcluster_proto_rawDesc = "" +
 	"namespaces\x18\f \x01(\x04R\n" +
 	"namespaces\x12\x18\n" +
 	"\aversion\x18\r \x01(\tR\aversion\x12\x14\n" +
-	"\x05unfit\x18\x0e \x01(\tR\x05unfit\"\x10\n" +
-	"\x0eMembersRequest\"\x80\x03\n" +
+	"\x05unfit\x18\x0e \x01(\tR\x05unfit\x12%\n" +
+	"\x0eprotocol_level\x18\x0f \x01(\rR\rprotocolLevel\x12#\n" +
+	"\rcluster_level\x18\x10 \x01(\rR\fclusterLevel\"\x10\n" +
+	"\x0eMembersRequest\"\xed\x03\n" +
 	"\x06Member\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x1b\n" +
@@ -3500,22 +3728,37 @@ const file_lockcluster_proto_rawDesc = "" +
 	" \x01(\x04R\x03lag\x12#\n" +
 	"\rapplied_index\x18\v \x01(\x04R\fappliedIndex\x12\x18\n" +
 	"\aversion\x18\f \x01(\tR\aversion\x12\x14\n" +
-	"\x05unfit\x18\r \x01(\tR\x05unfit\"C\n" +
+	"\x05unfit\x18\r \x01(\tR\x05unfit\x12%\n" +
+	"\x0eprotocol_level\x18\x0e \x01(\rR\rprotocolLevel\x12\x1d\n" +
+	"\n" +
+	"no_promote\x18\x0f \x01(\bR\tnoPromote\x12%\n" +
+	"\x0epromote_within\x18\x10 \x01(\x04R\rpromoteWithin\"C\n" +
 	"\x0fMembersResponse\x120\n" +
-	"\amembers\x18\x01 \x03(\v2\x16.lockcluster.v1.MemberR\amembers\"\x95\x01\n" +
+	"\amembers\x18\x01 \x03(\v2\x16.lockcluster.v1.MemberR\amembers\"\xce\x01\n" +
 	"\vJoinRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x1b\n" +
 	"\tgrpc_addr\x18\x03 \x01(\tR\bgrpcAddr\x12\x1b\n" +
 	"\thttp_addr\x18\x04 \x01(\tR\bhttpAddr\x12\x1f\n" +
 	"\vrecord_only\x18\x05 \x01(\bR\n" +
-	"recordOnly\"@\n" +
+	"recordOnly\x12\x18\n" +
+	"\alearner\x18\x06 \x01(\bR\alearner\x12\x1d\n" +
+	"\n" +
+	"no_promote\x18\a \x01(\bR\tnoPromote\"Z\n" +
 	"\fJoinResponse\x12\x16\n" +
 	"\x06voters\x18\x01 \x01(\rR\x06voters\x12\x18\n" +
-	"\awarning\x18\x02 \x01(\tR\awarning\"\x1e\n" +
+	"\awarning\x18\x02 \x01(\tR\awarning\x12\x18\n" +
+	"\alearner\x18\x03 \x01(\bR\alearner\"\x1e\n" +
 	"\fLeaveRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"\x0f\n" +
-	"\rLeaveResponse\"/\n" +
+	"\rLeaveResponse\"6\n" +
+	"\x0ePromoteRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
+	"\x05force\x18\x02 \x01(\bR\x05force\"h\n" +
+	"\x0fPromoteResponse\x12\x16\n" +
+	"\x06voters\x18\x01 \x01(\rR\x06voters\x12\x18\n" +
+	"\awarning\x18\x02 \x01(\tR\awarning\x12#\n" +
+	"\ralready_voter\x18\x03 \x01(\bR\falreadyVoter\"/\n" +
 	"\fTouchRequest\x12\x1f\n" +
 	"\vsession_ids\x18\x01 \x03(\x04R\n" +
 	"sessionIds\")\n" +
@@ -3551,7 +3794,7 @@ const file_lockcluster_proto_rawDesc = "" +
 	"\rCAUSE_ABORTED\x10\x01\x12\x10\n" +
 	"\fCAUSE_STOLEN\x10\x02\x12\x18\n" +
 	"\x14CAUSE_SESSION_CLOSED\x10\x03\x12\x19\n" +
-	"\x15CAUSE_SESSION_EXPIRED\x10\x04*\xf4\x01\n" +
+	"\x15CAUSE_SESSION_EXPIRED\x10\x04*\x87\x02\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rNOT_SUPPORTED\x10\x01\x12\v\n" +
@@ -3569,7 +3812,8 @@ const file_lockcluster_proto_rawDesc = "" +
 	"\x12\x0e\n" +
 	"\n" +
 	"NOT_MEMBER\x10\v\x12\r\n" +
-	"\tNOT_READY\x10\f2\xec\x04\n" +
+	"\tNOT_READY\x10\f\x12\x11\n" +
+	"\rCLUSTER_LEVEL\x10\r2\xec\x04\n" +
 	"\x05Locks\x12V\n" +
 	"\vOpenSession\x12\".lockcluster.v1.OpenSessionRequest\x1a#.lockcluster.v1.OpenSessionResponse\x12Y\n" +
 	"\fCloseSession\x12#.lockcluster.v1.CloseSessionRequest\x1a$.lockcluster.v1.CloseSessionResponse\x12E\n" +
@@ -3579,12 +3823,13 @@ const file_lockcluster_proto_rawDesc = "" +
 	"\x05Abort\x12\x1c.lockcluster.v1.AbortRequest\x1a\x1d.lockcluster.v1.AbortResponse\x12D\n" +
 	"\x05Query\x12\x1c.lockcluster.v1.QueryRequest\x1a\x1d.lockcluster.v1.QueryResponse\x12K\n" +
 	"\n" +
-	"QueryPages\x12\x1c.lockcluster.v1.QueryRequest\x1a\x1d.lockcluster.v1.QueryResponse0\x012\xc3\x03\n" +
+	"QueryPages\x12\x1c.lockcluster.v1.QueryRequest\x1a\x1d.lockcluster.v1.QueryResponse0\x012\x8f\x04\n" +
 	"\aCluster\x12G\n" +
 	"\x06Status\x12\x1d.lockcluster.v1.StatusRequest\x1a\x1e.lockcluster.v1.StatusResponse\x12J\n" +
 	"\aMembers\x12\x1e.lockcluster.v1.MembersRequest\x1a\x1f.lockcluster.v1.MembersResponse\x12A\n" +
 	"\x04Join\x12\x1b.lockcluster.v1.JoinRequest\x1a\x1c.lockcluster.v1.JoinResponse\x12D\n" +
-	"\x05Leave\x12\x1c.lockcluster.v1.LeaveRequest\x1a\x1d.lockcluster.v1.LeaveResponse\x12D\n" +
+	"\x05Leave\x12\x1c.lockcluster.v1.LeaveRequest\x1a\x1d.lockcluster.v1.LeaveResponse\x12J\n" +
+	"\aPromote\x12\x1e.lockcluster.v1.PromoteRequest\x1a\x1f.lockcluster.v1.PromoteResponse\x12D\n" +
 	"\x05Touch\x12\x1c.lockcluster.v1.TouchRequest\x1a\x1d.lockcluster.v1.TouchResponse\x12T\n" +
 	"\fSaveSnapshot\x12#.lockcluster.v1.SaveSnapshotRequest\x1a\x1d.lockcluster.v1.SnapshotChunk0\x01BDZBgithub.com/lockcluster/lockcluster/api/lockclusterv1;lockclusterv1b\x06proto3"
 
@@ -3601,7 +3846,7 @@ func file_lockcluster_proto_rawDescGZIP() []byte {
 }
 
 var file_lockcluster_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_lockcluster_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
+var file_lockcluster_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
 var file_lockcluster_proto_goTypes = []any{
 	(Mode)(0),                     // 0: lockcluster.v1.Mode
 	(Status)(0),                   // 1: lockcluster.v1.Status
@@ -3641,18 +3886,20 @@ var file_lockcluster_proto_goTypes = []any{
 	(*JoinResponse)(nil),          // 35: lockcluster.v1.JoinResponse
 	(*LeaveRequest)(nil),          // 36: lockcluster.v1.LeaveRequest
 	(*LeaveResponse)(nil),         // 37: lockcluster.v1.LeaveResponse
-	(*TouchRequest)(nil),          // 38: lockcluster.v1.TouchRequest
-	(*TouchResponse)(nil),         // 39: lockcluster.v1.TouchResponse
-	(*SaveSnapshotRequest)(nil),   // 40: lockcluster.v1.SaveSnapshotRequest
-	(*SnapshotHeader)(nil),        // 41: lockcluster.v1.SnapshotHeader
-	(*SnapshotChunk)(nil),         // 42: lockcluster.v1.SnapshotChunk
-	nil,                           // 43: lockcluster.v1.CallError.MetadataEntry
-	(*durationpb.Duration)(nil),   // 44: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 45: google.protobuf.Timestamp
+	(*PromoteRequest)(nil),        // 38: lockcluster.v1.PromoteRequest
+	(*PromoteResponse)(nil),       // 39: lockcluster.v1.PromoteResponse
+	(*TouchRequest)(nil),          // 40: lockcluster.v1.TouchRequest
+	(*TouchResponse)(nil),         // 41: lockcluster.v1.TouchResponse
+	(*SaveSnapshotRequest)(nil),   // 42: lockcluster.v1.SaveSnapshotRequest
+	(*SnapshotHeader)(nil),        // 43: lockcluster.v1.SnapshotHeader
+	(*SnapshotChunk)(nil),         // 44: lockcluster.v1.SnapshotChunk
+	nil,                           // 45: lockcluster.v1.CallError.MetadataEntry
+	(*durationpb.Duration)(nil),   // 46: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 47: google.protobuf.Timestamp
 }
 var file_lockcluster_proto_depIdxs = []int32{
-	44, // 0: lockcluster.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
-	44, // 1: lockcluster.v1.OpenSessionResponse.ttl:type_name -> google.protobuf.Duration
+	46, // 0: lockcluster.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
+	46, // 1: lockcluster.v1.OpenSessionResponse.ttl:type_name -> google.protobuf.Duration
 	13, // 2: lockcluster.v1.SessionUp.attach:type_name -> lockcluster.v1.Attach
 	14, // 3: lockcluster.v1.SessionUp.heartbeat:type_name -> lockcluster.v1.Heartbeat
 	10, // 4: lockcluster.v1.SessionUp.call:type_name -> lockcluster.v1.StreamCall
@@ -3664,24 +3911,24 @@ var file_lockcluster_proto_depIdxs = []int32{
 	25, // 10: lockcluster.v1.CallReply.abort:type_name -> lockcluster.v1.AbortResponse
 	12, // 11: lockcluster.v1.CallReply.error:type_name -> lockcluster.v1.CallError
 	3,  // 12: lockcluster.v1.CallError.reason:type_name -> lockcluster.v1.ErrorReason
-	43, // 13: lockcluster.v1.CallError.metadata:type_name -> lockcluster.v1.CallError.MetadataEntry
+	45, // 13: lockcluster.v1.CallError.metadata:type_name -> lockcluster.v1.CallError.MetadataEntry
 	16, // 14: lockcluster.v1.SessionDown.synced:type_name -> lockcluster.v1.Synced
 	19, // 15: lockcluster.v1.SessionDown.event:type_name -> lockcluster.v1.Event
 	18, // 16: lockcluster.v1.SessionDown.heartbeat_ack:type_name -> lockcluster.v1.HeartbeatAck
 	11, // 17: lockcluster.v1.SessionDown.reply:type_name -> lockcluster.v1.CallReply
 	17, // 18: lockcluster.v1.Synced.requests:type_name -> lockcluster.v1.RequestState
-	44, // 19: lockcluster.v1.Synced.ttl:type_name -> google.protobuf.Duration
+	46, // 19: lockcluster.v1.Synced.ttl:type_name -> google.protobuf.Duration
 	0,  // 20: lockcluster.v1.RequestState.mode:type_name -> lockcluster.v1.Mode
 	1,  // 21: lockcluster.v1.RequestState.status:type_name -> lockcluster.v1.Status
-	45, // 22: lockcluster.v1.RequestState.acquired_at:type_name -> google.protobuf.Timestamp
+	47, // 22: lockcluster.v1.RequestState.acquired_at:type_name -> google.protobuf.Timestamp
 	2,  // 23: lockcluster.v1.RequestState.cause:type_name -> lockcluster.v1.Cause
 	4,  // 24: lockcluster.v1.Event.kind:type_name -> lockcluster.v1.Event.Kind
 	0,  // 25: lockcluster.v1.Event.mode:type_name -> lockcluster.v1.Mode
-	45, // 26: lockcluster.v1.Event.acquired_at:type_name -> google.protobuf.Timestamp
+	47, // 26: lockcluster.v1.Event.acquired_at:type_name -> google.protobuf.Timestamp
 	2,  // 27: lockcluster.v1.Event.cause:type_name -> lockcluster.v1.Cause
 	0,  // 28: lockcluster.v1.LockRequest.mode:type_name -> lockcluster.v1.Mode
 	1,  // 29: lockcluster.v1.LockResponse.status:type_name -> lockcluster.v1.Status
-	45, // 30: lockcluster.v1.LockResponse.acquired_at:type_name -> google.protobuf.Timestamp
+	47, // 30: lockcluster.v1.LockResponse.acquired_at:type_name -> google.protobuf.Timestamp
 	2,  // 31: lockcluster.v1.LockResponse.cause:type_name -> lockcluster.v1.Cause
 	1,  // 32: lockcluster.v1.ReleaseResponse.status:type_name -> lockcluster.v1.Status
 	1,  // 33: lockcluster.v1.AbortResponse.status:type_name -> lockcluster.v1.Status
@@ -3689,12 +3936,12 @@ var file_lockcluster_proto_depIdxs = []int32{
 	28, // 35: lockcluster.v1.QueryResponse.held:type_name -> lockcluster.v1.LockInfo
 	28, // 36: lockcluster.v1.QueryResponse.pending:type_name -> lockcluster.v1.LockInfo
 	0,  // 37: lockcluster.v1.LockInfo.mode:type_name -> lockcluster.v1.Mode
-	45, // 38: lockcluster.v1.LockInfo.acquired_at:type_name -> google.protobuf.Timestamp
-	45, // 39: lockcluster.v1.LockInfo.requested_at:type_name -> google.protobuf.Timestamp
-	44, // 40: lockcluster.v1.Member.since_contact:type_name -> google.protobuf.Duration
+	47, // 38: lockcluster.v1.LockInfo.acquired_at:type_name -> google.protobuf.Timestamp
+	47, // 39: lockcluster.v1.LockInfo.requested_at:type_name -> google.protobuf.Timestamp
+	46, // 40: lockcluster.v1.Member.since_contact:type_name -> google.protobuf.Duration
 	32, // 41: lockcluster.v1.MembersResponse.members:type_name -> lockcluster.v1.Member
 	32, // 42: lockcluster.v1.SnapshotHeader.members:type_name -> lockcluster.v1.Member
-	41, // 43: lockcluster.v1.SnapshotChunk.header:type_name -> lockcluster.v1.SnapshotHeader
+	43, // 43: lockcluster.v1.SnapshotChunk.header:type_name -> lockcluster.v1.SnapshotHeader
 	5,  // 44: lockcluster.v1.Locks.OpenSession:input_type -> lockcluster.v1.OpenSessionRequest
 	7,  // 45: lockcluster.v1.Locks.CloseSession:input_type -> lockcluster.v1.CloseSessionRequest
 	9,  // 46: lockcluster.v1.Locks.Session:input_type -> lockcluster.v1.SessionUp
@@ -3707,24 +3954,26 @@ var file_lockcluster_proto_depIdxs = []int32{
 	31, // 53: lockcluster.v1.Cluster.Members:input_type -> lockcluster.v1.MembersRequest
 	34, // 54: lockcluster.v1.Cluster.Join:input_type -> lockcluster.v1.JoinRequest
 	36, // 55: lockcluster.v1.Cluster.Leave:input_type -> lockcluster.v1.LeaveRequest
-	38, // 56: lockcluster.v1.Cluster.Touch:input_type -> lockcluster.v1.TouchRequest
-	40, // 57: lockcluster.v1.Cluster.SaveSnapshot:input_type -> lockcluster.v1.SaveSnapshotRequest
-	6,  // 58: lockcluster.v1.Locks.OpenSession:output_type -> lockcluster.v1.OpenSessionResponse
-	8,  // 59: lockcluster.v1.Locks.CloseSession:output_type -> lockcluster.v1.CloseSessionResponse
-	15, // 60: lockcluster.v1.Locks.Session:output_type -> lockcluster.v1.SessionDown
-	21, // 61: lockcluster.v1.Locks.Request:output_type -> lockcluster.v1.LockResponse
-	23, // 62: lockcluster.v1.Locks.Release:output_type -> lockcluster.v1.ReleaseResponse
-	25, // 63: lockcluster.v1.Locks.Abort:output_type -> lockcluster.v1.AbortResponse
-	27, // 64: lockcluster.v1.Locks.Query:output_type -> lockcluster.v1.QueryResponse
-	27, // 65: lockcluster.v1.Locks.QueryPages:output_type -> lockcluster.v1.QueryResponse
-	30, // 66: lockcluster.v1.Cluster.Status:output_type -> lockcluster.v1.StatusResponse
-	33, // 67: lockcluster.v1.Cluster.Members:output_type -> lockcluster.v1.MembersResponse
-	35, // 68: lockcluster.v1.Cluster.Join:output_type -> lockcluster.v1.JoinResponse
-	37, // 69: lockcluster.v1.Cluster.Leave:output_type -> lockcluster.v1.LeaveResponse
-	39, // 70: lockcluster.v1.Cluster.Touch:output_type -> lockcluster.v1.TouchResponse
-	42, // 71: lockcluster.v1.Cluster.SaveSnapshot:output_type -> lockcluster.v1.SnapshotChunk
-	58, // [58:72] is the sub-list for method output_type
-	44, // [44:58] is the sub-list for method input_type
+	38, // 56: lockcluster.v1.Cluster.Promote:input_type -> lockcluster.v1.PromoteRequest
+	40, // 57: lockcluster.v1.Cluster.Touch:input_type -> lockcluster.v1.TouchRequest
+	42, // 58: lockcluster.v1.Cluster.SaveSnapshot:input_type -> lockcluster.v1.SaveSnapshotRequest
+	6,  // 59: lockcluster.v1.Locks.OpenSession:output_type -> lockcluster.v1.OpenSessionResponse
+	8,  // 60: lockcluster.v1.Locks.CloseSession:output_type -> lockcluster.v1.CloseSessionResponse
+	15, // 61: lockcluster.v1.Locks.Session:output_type -> lockcluster.v1.SessionDown
+	21, // 62: lockcluster.v1.Locks.Request:output_type -> lockcluster.v1.LockResponse
+	23, // 63: lockcluster.v1.Locks.Release:output_type -> lockcluster.v1.ReleaseResponse
+	25, // 64: lockcluster.v1.Locks.Abort:output_type -> lockcluster.v1.AbortResponse
+	27, // 65: lockcluster.v1.Locks.Query:output_type -> lockcluster.v1.QueryResponse
+	27, // 66: lockcluster.v1.Locks.QueryPages:output_type -> lockcluster.v1.QueryResponse
+	30, // 67: lockcluster.v1.Cluster.Status:output_type -> lockcluster.v1.StatusResponse
+	33, // 68: lockcluster.v1.Cluster.Members:output_type -> lockcluster.v1.MembersResponse
+	35, // 69: lockcluster.v1.Cluster.Join:output_type -> lockcluster.v1.JoinResponse
+	37, // 70: lockcluster.v1.Cluster.Leave:output_type -> lockcluster.v1.LeaveResponse
+	39, // 71: lockcluster.v1.Cluster.Promote:output_type -> lockcluster.v1.PromoteResponse
+	41, // 72: lockcluster.v1.Cluster.Touch:output_type -> lockcluster.v1.TouchResponse
+	44, // 73: lockcluster.v1.Cluster.SaveSnapshot:output_type -> lockcluster.v1.SnapshotChunk
+	59, // [59:74] is the sub-list for method output_type
+	44, // [44:59] is the sub-list for method input_type
 	44, // [44:44] is the sub-list for extension type_name
 	44, // [44:44] is the sub-list for extension extendee
 	0,  // [0:44] is the sub-list for field type_name
@@ -3763,7 +4012,7 @@ func file_lockcluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lockcluster_proto_rawDesc), len(file_lockcluster_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   39,
+			NumMessages:   41,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

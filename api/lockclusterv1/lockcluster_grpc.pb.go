@@ -455,6 +455,7 @@ const (
 	Cluster_Members_FullMethodName      = "/lockcluster.v1.Cluster/Members"
 	Cluster_Join_FullMethodName         = "/lockcluster.v1.Cluster/Join"
 	Cluster_Leave_FullMethodName        = "/lockcluster.v1.Cluster/Leave"
+	Cluster_Promote_FullMethodName      = "/lockcluster.v1.Cluster/Promote"
 	Cluster_Touch_FullMethodName        = "/lockcluster.v1.Cluster/Touch"
 	Cluster_SaveSnapshot_FullMethodName = "/lockcluster.v1.Cluster/SaveSnapshot"
 )
@@ -471,6 +472,13 @@ type ClusterClient interface {
 	Join(ctx context.Context, in *JoinRequest, opts ...grpc.CallOption) (*JoinResponse, error)
 	// Leave removes a member (also a dead one).
 	Leave(ctx context.Context, in *LeaveRequest, opts ...grpc.CallOption) (*LeaveResponse, error)
+	// Promote makes a learner (a member added with JoinRequest.learner) a
+	// voter; called on any node, it is forwarded to the leader. It refuses,
+	// FailedPrecondition, a learner the leader does not see caught up (more
+	// than Member.promote_within entries behind, unreachable, or unfit),
+	// naming how far behind it is, unless force is set. Promoting a voter
+	// succeeds and changes nothing.
+	Promote(ctx context.Context, in *PromoteRequest, opts ...grpc.CallOption) (*PromoteResponse, error)
 	// Touch is internal: a follower forwards its clients' heartbeats to the
 	// leader in batches. Only a member of the cluster may call it: the call
 	// must carry the cluster secret (metadata lockcluster-cluster-secret,
@@ -532,6 +540,16 @@ func (c *clusterClient) Leave(ctx context.Context, in *LeaveRequest, opts ...grp
 	return out, nil
 }
 
+func (c *clusterClient) Promote(ctx context.Context, in *PromoteRequest, opts ...grpc.CallOption) (*PromoteResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PromoteResponse)
+	err := c.cc.Invoke(ctx, Cluster_Promote_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *clusterClient) Touch(ctx context.Context, in *TouchRequest, opts ...grpc.CallOption) (*TouchResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(TouchResponse)
@@ -573,6 +591,13 @@ type ClusterServer interface {
 	Join(context.Context, *JoinRequest) (*JoinResponse, error)
 	// Leave removes a member (also a dead one).
 	Leave(context.Context, *LeaveRequest) (*LeaveResponse, error)
+	// Promote makes a learner (a member added with JoinRequest.learner) a
+	// voter; called on any node, it is forwarded to the leader. It refuses,
+	// FailedPrecondition, a learner the leader does not see caught up (more
+	// than Member.promote_within entries behind, unreachable, or unfit),
+	// naming how far behind it is, unless force is set. Promoting a voter
+	// succeeds and changes nothing.
+	Promote(context.Context, *PromoteRequest) (*PromoteResponse, error)
 	// Touch is internal: a follower forwards its clients' heartbeats to the
 	// leader in batches. Only a member of the cluster may call it: the call
 	// must carry the cluster secret (metadata lockcluster-cluster-secret,
@@ -605,6 +630,9 @@ func (UnimplementedClusterServer) Join(context.Context, *JoinRequest) (*JoinResp
 }
 func (UnimplementedClusterServer) Leave(context.Context, *LeaveRequest) (*LeaveResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Leave not implemented")
+}
+func (UnimplementedClusterServer) Promote(context.Context, *PromoteRequest) (*PromoteResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Promote not implemented")
 }
 func (UnimplementedClusterServer) Touch(context.Context, *TouchRequest) (*TouchResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Touch not implemented")
@@ -705,6 +733,24 @@ func _Cluster_Leave_Handler(srv interface{}, ctx context.Context, dec func(inter
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Cluster_Promote_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PromoteRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClusterServer).Promote(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Cluster_Promote_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClusterServer).Promote(ctx, req.(*PromoteRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Cluster_Touch_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(TouchRequest)
 	if err := dec(in); err != nil {
@@ -756,6 +802,10 @@ var Cluster_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Leave",
 			Handler:    _Cluster_Leave_Handler,
+		},
+		{
+			MethodName: "Promote",
+			Handler:    _Cluster_Promote_Handler,
 		},
 		{
 			MethodName: "Touch",
