@@ -66,6 +66,11 @@ type Member struct {
 	// its applied history diverged, its stores are damaged, its disk takes
 	// no writes, or it lags behind the leader. Empty while it is fit.
 	Unfit string `json:"unfit,omitempty"`
+	// Level is the member's protocol level, from its last answer (1 for a
+	// member of a release before levels); 0 when the leader has not heard
+	// it, or the answer did not come from a leader of a release with
+	// levels. See the README's "Upgrading".
+	Level uint32 `json:"level,omitempty"`
 }
 
 // Status is one node's view of the cluster.
@@ -86,8 +91,17 @@ type Status struct {
 	// Unfit is why the node serves no clients (see Member.Unfit); it
 	// answers Status regardless. Empty while it is fit.
 	Unfit string `json:"unfit,omitempty"`
-	Err   string `json:"error,omitempty"`
+	// Level is the protocol level the node's build supports (1 for a node
+	// of a release before levels, which does not say); ClusterLevel, on
+	// the leader, is the cluster's: the lowest among the members (0 on a
+	// follower).
+	Level        uint32 `json:"level,omitempty"`
+	ClusterLevel uint32 `json:"clusterLevel,omitempty"`
+	Err          string `json:"error,omitempty"`
 }
+
+// levelBeforeLevels is the protocol level of a node that reports none.
+const levelBeforeLevels = 1
 
 // Status asks every endpoint for its status; an unreachable one has Err.
 func (a *Admin) Status(ctx context.Context) []Status {
@@ -106,7 +120,11 @@ func (a *Admin) Status(ctx context.Context) []Status {
 			}
 			out[i] = Status{NodeID: st.NodeId, Addr: a.c.addrs[i], State: st.State, LeaderID: st.LeaderId, LeaderAddr: st.LeaderAddr,
 				Term: st.Term, CommitIndex: st.CommitIndex, AppliedIndex: st.AppliedIndex, Sessions: st.Sessions, Held: st.Held,
-				Pending: st.Pending, Namespaces: st.Namespaces, Version: st.Version, Unfit: st.Unfit}
+				Pending: st.Pending, Namespaces: st.Namespaces, Version: st.Version, Unfit: st.Unfit,
+				Level: st.ProtocolLevel, ClusterLevel: st.ClusterLevel}
+			if out[i].Level == 0 {
+				out[i].Level = levelBeforeLevels
+			}
 		}()
 	}
 	wg.Wait()
@@ -129,7 +147,8 @@ func (a *Admin) Members(ctx context.Context) ([]Member, error) {
 	out := make([]Member, len(resp.Members))
 	for i, m := range resp.Members {
 		out[i] = Member{ID: m.Id, RaftAddr: m.RaftAddr, GRPCAddr: m.GrpcAddr, HTTPAddr: m.HttpAddr, Suffrage: m.Suffrage, Leader: m.Leader,
-			Probed: m.Probed, Reachable: m.Reachable, Lag: m.Lag, AppliedIndex: m.AppliedIndex, Version: m.Version, Unfit: m.Unfit}
+			Probed: m.Probed, Reachable: m.Reachable, Lag: m.Lag, AppliedIndex: m.AppliedIndex, Version: m.Version, Unfit: m.Unfit,
+			Level: m.ProtocolLevel}
 		if m.SinceContact != nil {
 			out[i].LastContact = now.Add(-m.SinceContact.AsDuration())
 		}

@@ -33,6 +33,9 @@
 // caller must show before the API proposes each command type: the
 // session's secret, nothing (with the reason), or that only a node
 // proposes it. A type the table lacks is refused: the default is deny.
+// Another (level.go) says which protocol level introduced each command
+// type and snapshot format, so that nothing is proposed that a member of
+// an older release in a rolling upgrade could not apply.
 //
 // See DESIGN.md beside this file for the invariants and the mapping of
 // every function to a step of the spec.

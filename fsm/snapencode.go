@@ -104,10 +104,7 @@ func (sn *Snap) Encode() ([]byte, error) {
 	sort.Slice(sn.spaces, func(i, j int) bool { return sn.spaces[i].name < sn.spaces[j].name })
 	en := encoder{b: make([]byte, 0, 64+sn.requests*64+sn.sessions*48)}
 	en.b = append(en.b, snapMagic...)
-	version := uint64(snapVersion)
-	if sn.secret == "" {
-		version = 2 // the same without the cluster secret (snapshot.go)
-	}
+	version := snapFormat(sn.secret != "") // 2 without the cluster secret (snapshot.go, level.go)
 	en.uvarint(version)
 	en.uvarint(sn.lastIndex)
 	encodeLimits(&en, &sn.limits)

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -65,13 +66,13 @@ or it has not probed the member yet.`,
 // writeMembers is members' table.
 func writeMembers(out io.Writer, ms []lockcluster.Member) error {
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "ID\tROLE\tSUFFRAGE\tGRPC\tRAFT\tHTTP\tVERSION\tHEALTH")
+	fmt.Fprintln(w, "ID\tROLE\tSUFFRAGE\tGRPC\tRAFT\tHTTP\tVERSION\tLEVEL\tHEALTH")
 	for _, m := range ms {
 		role := "follower"
 		if m.Leader {
 			role = "leader"
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", m.ID, role, m.Suffrage, m.GRPCAddr, m.RaftAddr, m.HTTPAddr, m.Version, health(m))
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", m.ID, role, m.Suffrage, m.GRPCAddr, m.RaftAddr, m.HTTPAddr, m.Version, levelText(m.Level), health(m))
 	}
 	return w.Flush()
 }
@@ -131,12 +132,21 @@ func fenceSummary(unfit string) string {
 // damaged (...)".
 var damagedStore = regexp.MustCompile(`this node's (.+?) is damaged( from index \d+)?`)
 
-// fillVersions asks the members the leader has no version for (it has not
-// probed them) for theirs, at their client API addresses.
+// levelText is a protocol level for a table cell ("?": not known).
+func levelText(l uint32) string {
+	if l == 0 {
+		return "?"
+	}
+	return strconv.FormatUint(uint64(l), 10)
+}
+
+// fillVersions asks the members the leader has no version or protocol
+// level for (it has not probed them, or it is of a release before levels)
+// for theirs, at their client API addresses.
 func (g *globals) fillVersions(ctx context.Context, ms []lockcluster.Member) {
 	var addrs []string
 	for _, m := range ms {
-		if m.Version == "" && m.GRPCAddr != "" {
+		if (m.Version == "" || m.Level == 0) && m.GRPCAddr != "" {
 			addrs = append(addrs, m.GRPCAddr)
 		}
 	}
@@ -152,6 +162,9 @@ func (g *globals) fillVersions(ctx context.Context, ms []lockcluster.Member) {
 		for i := range ms {
 			if ms[i].Version == "" && ms[i].GRPCAddr == st.Addr && st.Err == "" {
 				ms[i].Version = st.Version
+			}
+			if ms[i].Level == 0 && ms[i].GRPCAddr == st.Addr && st.Err == "" {
+				ms[i].Level = st.Level
 			}
 		}
 	}
@@ -192,13 +205,20 @@ func newStatus(g *globals) *cobra.Command {
 // clients says why in ERROR ("fenced: disk full").
 func writeStatus(out io.Writer, sts []lockcluster.Status) error {
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "ENDPOINT\tID\tSTATE\tLEADER\tTERM\tCOMMIT\tAPPLIED\tSESSIONS\tHELD\tPENDING\tVERSION\tERROR")
+	fmt.Fprintln(w, "ENDPOINT\tID\tSTATE\tLEADER\tTERM\tCOMMIT\tAPPLIED\tSESSIONS\tHELD\tPENDING\tVERSION\tLEVEL\tERROR")
 	for _, s := range sts {
 		e := s.Err
 		if e == "" && s.Unfit != "" {
 			e = "fenced: " + fenceSummary(s.Unfit)
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\n", s.Addr, s.NodeID, s.State, s.LeaderID, s.Term, s.CommitIndex, s.AppliedIndex, s.Sessions, s.Held, s.Pending, s.Version, e)
+		level := levelText(s.Level)
+		if s.ClusterLevel != 0 {
+			level += fmt.Sprintf(" (cluster %d)", s.ClusterLevel)
+		}
+		if s.Err != "" {
+			level = ""
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\n", s.Addr, s.NodeID, s.State, s.LeaderID, s.Term, s.CommitIndex, s.AppliedIndex, s.Sessions, s.Held, s.Pending, s.Version, level, e)
 	}
 	return w.Flush()
 }

@@ -17,6 +17,9 @@ import (
 type Config struct {
 	Bin   string // the lockcluster binary the nodes run
 	Nodes int
+	// NodeBin, if set, returns the binary node i runs at first instead of
+	// Bin ("": Bin); Node.Bin changes it for the next start (an upgrade).
+	NodeBin func(i int) string
 	// Dir holds node i's data in Dir/node<i> and its log (stdout and
 	// stderr, appended across restarts) in Dir/node<i>.log ("": a new
 	// temporary directory named TempPrefix*). Stop removes it unless Keep
@@ -52,6 +55,9 @@ type Node struct {
 	ID, GRPC, Raft, HTTP string
 	Dir, Log             string
 	Args                 []string // after the binary; the same on every start
+	// Bin is the binary the node runs from its next start on ("": the
+	// cluster's): set it between a stop and a start to upgrade the node.
+	Bin string
 
 	cmd      *exec.Cmd
 	done     chan struct{}
@@ -96,6 +102,9 @@ func New(cfg Config) (*Cluster, error) {
 		}
 		if cfg.NodeDir != nil {
 			n.Dir = cfg.NodeDir(i)
+		}
+		if cfg.NodeBin != nil {
+			n.Bin = cfg.NodeBin(i)
 		}
 		for j, a := range []*string{&n.GRPC, &n.Raft, &n.HTTP} {
 			if cfg.BasePort != 0 {

@@ -26,7 +26,11 @@ func (c *Cluster) Start(i int) error {
 	if c.cfg.StartMarker != "" {
 		fmt.Fprintf(f, "=== %s: starting %s at %s\n", c.cfg.StartMarker, n.ID, time.Now().Format(time.RFC3339Nano))
 	}
-	cmd := exec.Command(c.Bin, n.Args...)
+	bin := c.Bin
+	if n.Bin != "" {
+		bin = n.Bin
+	}
+	cmd := exec.Command(bin, n.Args...)
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.Env = append(os.Environ(), "NO_COLOR=1")
 	if err := cmd.Start(); err != nil {

@@ -24,11 +24,16 @@ func (s *Server) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.StatusRes
 	u := func(k string) uint64 { v, _ := strconv.ParseUint(st[k], 10, 64); return v }
 	leaderID, _ := node.Leader()
 	fs := s.m.Stats()
+	var clusterLevel uint32
+	if v := s.clusterLevel(); v.known { // level.go
+		clusterLevel = uint32(v.level)
+	}
 	return &pb.StatusResponse{
 		NodeId: s.cfg.Self.ID, State: node.State(), LeaderId: leaderID, LeaderAddr: s.grpcAddrOf(leaderID),
 		Term: u("term"), CommitIndex: u("commit_index"), AppliedIndex: node.AppliedIndex(), LastIndex: node.LastIndex(),
 		Sessions: uint64(fs.Sessions), Held: uint64(fs.Held), Pending: uint64(fs.Pending), Namespaces: uint64(fs.Namespaces),
 		Version: version.Current().Version, Unfit: unfitText(node),
+		ProtocolLevel: uint32(s.ownLevel()), ClusterLevel: clusterLevel,
 	}, nil
 }
 

@@ -24,6 +24,10 @@
 // certificate, with auth on or off (MemberOptions takes a non-member's
 // marks off).
 //
+// level.go is the version gate of rolling upgrades: the leader learns each
+// member's protocol level (fsm/level.go) from its probes, and nothing
+// newer than the lowest is proposed (gateLevel, before every proposal).
+//
 // Its tests run without raft: fake_test.go implements Replica with an
 // in-memory log applied straight to each node's fsm.Machine and servers
 // talking gRPC over in-memory connections, with a fake clock; the tests

@@ -373,6 +373,7 @@ func newFakeCluster(t testing.TB, n int, o fakeOptions) *fakeCluster {
 		wg.Wait()
 	})
 	fc.waitDirectory()
+	fc.waitSecret() // level_fake_test.go
 	return fc
 }
 

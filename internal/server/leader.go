@@ -46,6 +46,9 @@ func (s *Server) followLeadership(ctx context.Context) {
 // then, for the rest of its term, it proposes the limits again each time a
 // reload changes them (reload.go).
 func (s *Server) lead(ctx context.Context) {
+	s.probes.forget() // a new term probes anew: its levels too (level.go)
+	s.levels.forget()
+	s.probeNow()
 	drawn := s.drawClusterSecret(ctx)
 	if err := s.live.Lead(ctx); err != nil {
 		return
@@ -53,7 +56,8 @@ func (s *Server) lead(ctx context.Context) {
 	s.log.Info("leading", "applied", s.m.LastIndex())
 	s.applyLimits(ctx) // reload.go
 	s.members.lead(ctx)
-	s.keepDrawing(ctx, drawn)
+	// keepDrawing may wait for the protocol level (level.go).
+	go s.keepDrawing(ctx, drawn)
 	s.keepLimits(ctx) // until the term ends: a reload's new limits
 }
 

@@ -142,6 +142,9 @@ func (s *Server) drawClusterSecret(ctx context.Context) error {
 	if s.m.ClusterSecret() != "" {
 		return nil
 	}
+	if err := s.gateLevel(fsm.SetClusterSecret{}.Type()); err != nil { // level.go
+		return err
+	}
 	r := s.replica()
 	if r == nil {
 		return errors.New("node is starting")
@@ -166,15 +169,30 @@ func (s *Server) drawClusterSecret(ctx context.Context) error {
 	return err
 }
 
-// keepDrawing retries drawClusterSecret every second until it succeeds or
-// ctx (the term) ends.
+// keepDrawing retries drawClusterSecret until it succeeds or ctx (the
+// term) ends: after every probe round while the cluster's protocol level
+// is below the secret's (a member runs the release before, or has not
+// answered yet: level.go), every second after another failure.
 func (s *Server) keepDrawing(ctx context.Context, err error) {
+	said := "" // what the last log line said of the wait
 	for err != nil && ctx.Err() == nil {
-		s.log.Warn("drawing the cluster secret failed; retrying", "error", err)
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(time.Second):
+		if le := (*levelError)(nil); errors.As(err, &le) {
+			if now := le.lowest + ": " + le.why; now != said {
+				s.log.Info("the cluster secret waits for the cluster's protocol level", "needed_level", le.need, "cluster_level", le.level, "lowest_member", le.lowest, "why", le.why)
+				said = now
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-s.levels.wait():
+			}
+		} else {
+			s.log.Warn("drawing the cluster secret failed; retrying", "error", err)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Second):
+			}
 		}
 		err = s.drawClusterSecret(ctx)
 	}

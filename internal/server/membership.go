@@ -131,6 +131,7 @@ func (ms *membership) join(ctx context.Context, req *pb.JoinRequest) (*pb.JoinRe
 	if err := ms.setMember(ctx, m, false); err != nil {
 		return nil, err
 	}
+	ms.s.probeNow() // its protocol level, at once (level.go)
 	resp := &pb.JoinResponse{}
 	if conf, err := r.Members(); err == nil {
 		for _, m := range conf {

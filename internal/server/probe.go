@@ -35,11 +35,22 @@ type memberSeen struct {
 	commit    uint64 // the leader's commit index when the answer came
 	version   string
 	unfit     string // why the member is unfit to serve ("" while fit)
+	// level is the protocol level the member reported at its last answer
+	// (fsm.PreviousLevel when it reported none); 0: it has not answered
+	// in this term (level.go).
+	level int
 }
 
 type prober struct {
 	mu   sync.Mutex
 	seen map[string]memberSeen // by member id; cleared when leadership is lost
+}
+
+// forget clears what the probes saw (a new term).
+func (p *prober) forget() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	clear(p.seen)
 }
 
 // probeMembers probes while this node leads, until ctx ends.
@@ -55,6 +66,7 @@ func (s *Server) probeMembers(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
+		case <-s.levels.kick:
 		}
 		r := s.replica()
 		if r == nil || !r.IsLeader() {
@@ -75,6 +87,7 @@ func (s *Server) probeMembers(ctx context.Context) {
 			}()
 		}
 		wg.Wait()
+		s.levelProbed() // level.go
 	}
 }
 
@@ -96,6 +109,7 @@ func (s *Server) probeOne(ctx context.Context, id, addr string, timeout time.Dur
 	seen.reachable = err == nil
 	if err == nil {
 		seen.contact, seen.applied, seen.commit, seen.version, seen.unfit = s.cfg.Now(), st.AppliedIndex, commit, st.Version, st.Unfit
+		seen.level = reportedLevel(st)
 	}
 	s.probes.seen[id] = seen
 }
@@ -115,6 +129,7 @@ func (s *Server) describe(m *pb.Member) {
 		m.Probed = true
 		r := s.replica()
 		m.Reachable, m.SinceContact, m.Version, m.Unfit = true, durationpb.New(0), version.Current().Version, unfitText(r)
+		m.ProtocolLevel = uint32(s.ownLevel())
 		m.AppliedIndex = r.AppliedIndex()
 		m.Lag = s.commitIndex() - min(m.AppliedIndex, s.commitIndex())
 		return
@@ -136,6 +151,7 @@ func (s *Server) describe(m *pb.Member) {
 		return
 	}
 	m.Probed, m.Reachable, m.AppliedIndex, m.Version, m.Unfit = true, seen.reachable, seen.applied, seen.version, seen.unfit
+	m.ProtocolLevel = uint32(seen.level)
 	m.Lag = seen.commit - min(seen.applied, seen.commit)
 	if !seen.contact.IsZero() {
 		m.SinceContact = durationpb.New(s.cfg.Now().Sub(seen.contact))

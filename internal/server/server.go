@@ -100,6 +100,10 @@ type Config struct {
 	// Observer hears of the requests this node proposed, for the acquire
 	// and hand-off latency metrics (default: nothing).
 	Observer Observer
+	// ProtocolLevel is the protocol level this node reports and counts
+	// itself at (default fsm.ProtocolLevel; level.go). Only tests set it,
+	// to play a node of an older release: a node never proposes above it.
+	ProtocolLevel int
 }
 
 // Observer is told, on the node that proposed an entry, when a request was
@@ -136,6 +140,7 @@ type Server struct {
 	refusal    *rateLimiter[string] // paces a namespace's limit refusals
 	gate       gate                 // admit.go
 	probes     prober               // probe.go
+	levels     levels               // level.go: the cluster's protocol level
 	members    membership           // membership.go: join, leave, the member directory
 	callAudit  *auditor             // audits the calls on session streams
 	refusals   *refusalPacer        // paces the audit log's refusals (auditpace.go)
@@ -187,6 +192,7 @@ func New(cfg Config) *Server {
 	s.nsBytes = newRateLimiter[string](cfg.NamespaceBytesRate, cfg.NamespaceBytesBurst)
 	s.refusal = newRateLimiter[string](cfg.RefusalRate, int(cfg.RefusalRate))
 	s.gate.init()
+	s.levels.init(cfg.ProtocolLevel)
 	s.refusals = newRefusalPacer(cfg.AuditRefusalInterval, s.log.Named("audit"))
 	s.callAudit = &auditor{s: s, log: s.log.Named("audit"), admin: cfg.IsAdmin}
 	return s
@@ -239,6 +245,9 @@ func (s *Server) propose(ctx context.Context, cmd fsm.Command) (fsm.Applied, uin
 	node := s.replica()
 	if node == nil {
 		return fsm.Applied{}, 0, raftnode.ErrShutdown
+	}
+	if err := s.gateLevel(cmd.Type()); err != nil { // level.go
+		return fsm.Applied{}, 0, err
 	}
 	data, err := fsm.EncodeEntry(fsm.Entry{Time: s.cfg.Now().UnixNano(), Cmd: cmd})
 	if err != nil {

@@ -1,0 +1,117 @@
+package fsm
+
+// Protocol levels (DESIGN.md, "Protocol levels"): one integer per release
+// that says which entry types and snapshot formats a node can apply and
+// read. A node supports every level up to its own ProtocolLevel. During a
+// rolling upgrade the cluster runs at the lowest level among the members
+// of its raft configuration, and nothing newer than that level is
+// proposed (internal/server/level.go): a node of the release before would
+// stop at an entry it cannot decode, or fail to restore a snapshot it
+// cannot read. Levels only grow; a level, once released, keeps its
+// meaning.
+
+const (
+	// LevelBase is the protocol of lockcluster as of commit d704a4c, the
+	// last release without levels: entry types 1 to 8 in envelope
+	// versions 1 and 2, snapshot formats 1 and 2, and raftnode's own
+	// checkpoint and anchor entries. A node that reports no level runs it.
+	LevelBase = 1
+	// LevelClusterSecret adds SetClusterSecret (type 9) and snapshot
+	// format 3, which carries the cluster secret.
+	LevelClusterSecret = 2
+
+	// ProtocolLevel is the level this build supports.
+	ProtocolLevel = LevelClusterSecret
+	// PreviousLevel is the level of the release before this one: what a
+	// member that reports no level, or has not been heard from, counts as.
+	// A cluster holds no member older than that (upgrades go one release
+	// at a time).
+	PreviousLevel = LevelBase
+)
+
+// entryLevels is the table: the level that introduced each entry type, and
+// the feature it is, for the gate's refusals. TestEveryEntryTypeHasALevel
+// keeps it complete.
+var entryLevels = map[EntryType]struct {
+	level   int
+	feature string
+}{
+	typeOpenSession:   {LevelBase, "sessions"},
+	typeCloseSession:  {LevelBase, "sessions"},
+	typeExpireSession: {LevelBase, "session expiry"},
+	typeRequest:       {LevelBase, "lock requests"},
+	typeRelease:       {LevelBase, "releases"},
+	typeAbort:         {LevelBase, "aborts"},
+	typeSetLimits:     {LevelBase, "replicated limits"},
+	typeSetMember:     {LevelBase, "the member directory"},
+	typeClusterSecret: {LevelClusterSecret, "the cluster secret"},
+}
+
+// snapLevels: the level that introduced each snapshot format version.
+var snapLevels = map[uint64]int{
+	1: LevelBase,
+	2: LevelBase,
+	3: LevelClusterSecret,
+}
+
+// envelopeLevels: the level that introduced each entry envelope version
+// (entrycodec.go). EncodeEntry writes envelopeVersion whatever the
+// command: TestEnvelopeIsReadByThePreviousLevel keeps that version one the
+// release before reads.
+var envelopeLevels = map[int]int{
+	1: LevelBase,
+	2: LevelBase,
+}
+
+// EntryLevel is the protocol level that introduced entry type t; a type
+// this build does not know is above ProtocolLevel, so no gate admits it.
+func EntryLevel(t EntryType) int {
+	if l, ok := entryLevels[t]; ok {
+		return l.level
+	}
+	return ProtocolLevel + 1
+}
+
+// EntryFeature names what entry type t is for ("the cluster secret"), for
+// a refusal that says what waits for a level.
+func EntryFeature(t EntryType) string {
+	if l, ok := entryLevels[t]; ok {
+		return l.feature
+	}
+	return t.String()
+}
+
+// SnapshotLevel is the protocol level that introduced snapshot format
+// version v (ProtocolLevel+1 for a version this build does not write).
+func SnapshotLevel(v uint32) int {
+	if l, ok := snapLevels[uint64(v)]; ok {
+		return l
+	}
+	return ProtocolLevel + 1
+}
+
+// snapFormat is the snapshot format Encode writes for a state that holds
+// a cluster secret or not: the oldest format that carries the state, so
+// that a state that uses nothing of a newer level is written in a format
+// the release before reads. The SetClusterSecret gate is what keeps
+// format 3 from being written while a member of the release before is in
+// the configuration: only a state that holds the secret needs it, and the
+// secret is drawn only once every member runs LevelClusterSecret
+// (TestSnapshotFormatFollowsTheLevel, and internal/server's
+// TestGateHoldsTheSecretAndSnapshotFormat).
+func snapFormat(hasSecret bool) uint64 {
+	if hasSecret {
+		return 3
+	}
+	return 2
+}
+
+// UsedLevel is the highest protocol level the applied state holds
+// anything of: LevelClusterSecret once it holds the cluster secret,
+// LevelBase before. A member below it is a downgrade, which is not
+// supported: it cannot read this state's snapshots.
+func (m *Machine) UsedLevel() int {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return snapLevels[snapFormat(m.st.clusterSecret != "")]
+}
