@@ -3,6 +3,7 @@ package lockcluster
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -12,8 +13,8 @@ import (
 	pb "github.com/lockcluster/lockcluster/api/lockclusterv1"
 )
 
-// Admin talks to a cluster's Cluster service: status, members, join, leave.
-// It opens no session.
+// Admin talks to a cluster's Cluster service: status, members, join,
+// promote, leave. It opens no session.
 type Admin struct {
 	c *Client
 }
@@ -49,7 +50,16 @@ type Member struct {
 	GRPCAddr string `json:"grpcAddr"`
 	HTTPAddr string `json:"httpAddr,omitempty"`
 	Suffrage string `json:"suffrage"`
-	Leader   bool   `json:"leader"`
+	// Role is "voter", or "learner" for a non-voter (joined as a learner:
+	// it receives the log but does not vote, until it is promoted).
+	Role   string `json:"role"`
+	Leader bool   `json:"leader"`
+	// NoPromote: a learner the leader promotes only by hand (Promote).
+	NoPromote bool `json:"noPromote,omitempty"`
+	// PromoteWithin, for a learner, is how many entries behind (Lag) it
+	// may be to be promoted: the leader does so once it has stayed within
+	// it for a few probes, unless NoPromote. 0 for a voter.
+	PromoteWithin uint64 `json:"promoteWithin,omitempty"`
 	// What the leader sees of the member, from probing its API every
 	// second. Probed is false when the answer did not come from a leader or
 	// the leader has not probed the member yet; the rest is unset then.
@@ -146,7 +156,8 @@ func (a *Admin) Members(ctx context.Context) ([]Member, error) {
 	now := time.Now()
 	out := make([]Member, len(resp.Members))
 	for i, m := range resp.Members {
-		out[i] = Member{ID: m.Id, RaftAddr: m.RaftAddr, GRPCAddr: m.GrpcAddr, HTTPAddr: m.HttpAddr, Suffrage: m.Suffrage, Leader: m.Leader,
+		out[i] = Member{ID: m.Id, RaftAddr: m.RaftAddr, GRPCAddr: m.GrpcAddr, HTTPAddr: m.HttpAddr, Suffrage: m.Suffrage, Role: roleOf(m.Suffrage), Leader: m.Leader,
+			NoPromote: m.NoPromote, PromoteWithin: m.PromoteWithin,
 			Probed: m.Probed, Reachable: m.Reachable, Lag: m.Lag, AppliedIndex: m.AppliedIndex, Version: m.Version, Unfit: m.Unfit,
 			Level: m.ProtocolLevel}
 		if m.SinceContact != nil {
@@ -156,21 +167,88 @@ func (a *Admin) Members(ctx context.Context) ([]Member, error) {
 	return out, nil
 }
 
+// roleOf is a member's role by its raft suffrage.
+func roleOf(suffrage string) string {
+	switch suffrage {
+	case "Voter":
+		return "voter"
+	case "Nonvoter":
+		return "learner"
+	}
+	return strings.ToLower(suffrage)
+}
+
 // JoinResult is what the leader said of a join.
 type JoinResult struct {
-	// Voters in the configuration after the join.
+	// Voters in the configuration after the join (learners do not count).
 	Voters int `json:"voters"`
+	// Learner: the node is a learner after the join.
+	Learner bool `json:"learner"`
 	// Warning, when set, is for the operator: an even number of voters.
 	Warning string `json:"warning,omitempty"`
 }
 
+// JoinOptions say how a node joins.
+type JoinOptions struct {
+	// Learner adds the node as a learner (raft's non-voter): it receives
+	// the log but neither votes nor counts toward a commit, so a node with
+	// a long log to catch up does not slow the cluster's commits. The
+	// leader promotes it to voter once it has caught up. A node that is a
+	// voter already stays one; a leader of a release before learners adds
+	// a voter (JoinResult.Learner says which it is).
+	Learner bool
+	// NoPromote, with Learner: only Promote makes it a voter.
+	NoPromote bool
+}
+
 // Join adds a node (its id, raft address and API addresses) as a voter.
 func (a *Admin) Join(ctx context.Context, m Member) (JoinResult, error) {
+	return a.JoinWith(ctx, m, JoinOptions{})
+}
+
+// JoinWith adds a node as Join does, as a learner if o says so.
+func (a *Admin) JoinWith(ctx context.Context, m Member, o JoinOptions) (JoinResult, error) {
+	if o.NoPromote && !o.Learner {
+		return JoinResult{}, fmt.Errorf("%w: NoPromote is for a learner", ErrInvalid)
+	}
 	var out JoinResult
 	err := a.cluster(ctx, func(ctx context.Context, cc pb.ClusterClient) error {
-		resp, err := cc.Join(ctx, &pb.JoinRequest{Id: m.ID, RaftAddr: m.RaftAddr, GrpcAddr: m.GRPCAddr, HttpAddr: m.HTTPAddr})
+		resp, err := cc.Join(ctx, &pb.JoinRequest{Id: m.ID, RaftAddr: m.RaftAddr, GrpcAddr: m.GRPCAddr, HttpAddr: m.HTTPAddr,
+			Learner: o.Learner, NoPromote: o.NoPromote})
 		if err == nil {
-			out = JoinResult{Voters: int(resp.Voters), Warning: resp.Warning}
+			out = JoinResult{Voters: int(resp.Voters), Learner: resp.Learner, Warning: resp.Warning}
+		}
+		return err
+	})
+	return out, err
+}
+
+// PromoteOptions say how to promote a learner.
+type PromoteOptions struct {
+	// Force promotes the learner however far behind the leader it is.
+	Force bool
+}
+
+// PromoteResult is what the leader said of a promotion.
+type PromoteResult struct {
+	// Voters in the configuration after the promotion.
+	Voters int `json:"voters"`
+	// AlreadyVoter: the member was a voter; nothing changed.
+	AlreadyVoter bool `json:"alreadyVoter,omitempty"`
+	// Warning, when set, is for the operator: an even number of voters.
+	Warning string `json:"warning,omitempty"`
+}
+
+// Promote makes learner id a voter. The leader refuses (an error naming
+// how far behind it is) a learner it does not see caught up: more than
+// Member.PromoteWithin entries behind, not answering, or unfit, unless
+// o.Force.
+func (a *Admin) Promote(ctx context.Context, id string, o PromoteOptions) (PromoteResult, error) {
+	var out PromoteResult
+	err := a.cluster(ctx, func(ctx context.Context, cc pb.ClusterClient) error {
+		resp, err := cc.Promote(ctx, &pb.PromoteRequest{Id: id, Force: o.Force})
+		if err == nil {
+			out = PromoteResult{Voters: int(resp.Voters), AlreadyVoter: resp.AlreadyVoter, Warning: resp.Warning}
 		}
 		return err
 	})

@@ -102,7 +102,7 @@ func (a *Admin) SaveSnapshot(ctx context.Context, w io.Writer) (SnapshotInfo, er
 	info := SnapshotInfo{Index: h.Index, Term: h.Term, Size: h.Size, SHA256: hex.EncodeToString(h.Sha256), Leader: h.LeaderId}
 	now := time.Now()
 	for _, m := range h.Members {
-		mm := Member{ID: m.Id, RaftAddr: m.RaftAddr, GRPCAddr: m.GrpcAddr, HTTPAddr: m.HttpAddr, Suffrage: m.Suffrage, Leader: m.Leader,
+		mm := Member{ID: m.Id, RaftAddr: m.RaftAddr, GRPCAddr: m.GrpcAddr, HTTPAddr: m.HttpAddr, Suffrage: m.Suffrage, Role: roleOf(m.Suffrage), Leader: m.Leader,
 			Probed: m.Probed, Reachable: m.Reachable, Lag: m.Lag, AppliedIndex: m.AppliedIndex, Version: m.Version}
 		if m.SinceContact != nil {
 			mm.LastContact = now.Add(-m.SinceContact.AsDuration())

@@ -23,6 +23,7 @@ var argsFor = map[string][]string{
 	"lockcluster observe":       {"cfg-x"},
 	"lockcluster join":          {"--id", "node9", "--raft-addr", "127.0.0.1:1"},
 	"lockcluster leave":         {"node9"},
+	"lockcluster promote":       {"node9"},
 	"lockcluster snapshot save": {"SNAPSHOT"},
 	"lockcluster bench":         {"--duration", "1s"},
 }

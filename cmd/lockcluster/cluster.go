@@ -47,7 +47,16 @@ has not applied), "unreachable for 12s", "fenced: WHY" when the member
 answers but serves no clients ("fenced: damaged log from index 882",
 "fenced: disk full", "fenced: behind", "fenced: diverged"; -o json has the
 member's whole explanation as unfit), or "unknown" when no leader answered
-or it has not probed the member yet.`,
+or it has not probed the member yet.
+
+SUFFRAGE is Voter, or Learner for a node added by 'lockcluster join' (or
+'serve --join') as a learner: it receives the log but does not vote until
+the leader promotes it. A learner's HEALTH says how far it is: "catching
+up: N behind", "caught up (N behind): promoting" (the leader promotes it
+once it has stayed within 1,000 entries, -o json's promoteWithin, for a
+few probes), or, for one joined with --no-promote, "...: promote by hand"
+('lockcluster promote ID'). -o json has role (voter or learner), noPromote
+and lag.`,
 		Args: cobra.NoArgs,
 		RunE: g.withAdmin(true, func(ctx context.Context, a *lockcluster.Admin, _ []string) error {
 			ms, err := a.Members(ctx)
@@ -72,9 +81,42 @@ func writeMembers(out io.Writer, ms []lockcluster.Member) error {
 		if m.Leader {
 			role = "leader"
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", m.ID, role, m.Suffrage, m.GRPCAddr, m.RaftAddr, m.HTTPAddr, m.Version, levelText(m.Level), health(m))
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", m.ID, role, suffrageText(m), m.GRPCAddr, m.RaftAddr, m.HTTPAddr, m.Version, levelText(m.Level), health(m))
 	}
 	return w.Flush()
+}
+
+// suffrageText is members' SUFFRAGE cell: Voter, or Learner for raft's
+// non-voter.
+func suffrageText(m lockcluster.Member) string {
+	if m.Role == "learner" {
+		return "Learner"
+	}
+	return m.Suffrage
+}
+
+// learnerHealth says how far learner m is from its promotion ("" when the
+// answer has no promotion rule: a leader of a release before learners).
+func learnerHealth(m lockcluster.Member) string {
+	if m.PromoteWithin == 0 {
+		return ""
+	}
+	caughtUp := m.Lag <= m.PromoteWithin && (m.Unfit == "" || fenceSummary(m.Unfit) == "behind")
+	switch {
+	case caughtUp && m.NoPromote:
+		return fmt.Sprintf("caught up (%d behind): promote by hand", m.Lag)
+	case caughtUp:
+		return fmt.Sprintf("caught up (%d behind): promoting", m.Lag)
+	case m.NoPromote:
+		return fmt.Sprintf("catching up: %d behind; then promote by hand", m.Lag)
+	}
+	return fmt.Sprintf("catching up: %d behind", m.Lag)
+}
+
+// catchingUp reports whether m is a learner whose only fence is that it
+// is behind: what a learner catching up is, not a failure.
+func catchingUp(m lockcluster.Member) bool {
+	return m.Role == "learner" && m.Reachable && (m.Unfit == "" || fenceSummary(m.Unfit) == "behind")
 }
 
 // health says how member m looks to the leader.
@@ -86,6 +128,9 @@ func health(m lockcluster.Member) string {
 		return "unreachable (never answered this leader)"
 	case !m.Reachable:
 		return "unreachable for " + time.Since(m.LastContact).Round(time.Second).String()
+	case catchingUp(m) && learnerHealth(m) != "":
+		// A learner catching up is fenced as behind: that is its state.
+		return learnerHealth(m)
 	case m.Unfit != "":
 		return "fenced: " + fenceSummary(m.Unfit)
 	case m.Lag > 0:
@@ -258,7 +303,7 @@ func endpointsVerdict(sts []lockcluster.Status) error {
 func membersVerdict(ms []lockcluster.Member) error {
 	var bad []string
 	for _, m := range ms {
-		if m.Probed && (!m.Reachable || m.Unfit != "") {
+		if m.Probed && (!m.Reachable || m.Unfit != "") && !catchingUp(m) {
 			bad = append(bad, m.ID+" "+health(m))
 		}
 	}
@@ -270,26 +315,63 @@ func membersVerdict(ms []lockcluster.Member) error {
 
 func newJoin(g *globals) *cobra.Command {
 	var m lockcluster.Member
+	var learner, voter, noPromote bool
+	const usage = "usage: lockcluster join --id ID --raft-addr HOST:PORT [--grpc-addr HOST:PORT] [--voter | --no-promote]"
 	cmd := &cobra.Command{
-		Use:   "join --id ID --raft-addr HOST:PORT [--grpc-addr HOST:PORT]",
-		Short: "Add a node to the cluster as a voter",
-		Long: `Add a node to the cluster as a voter. Usually a new node joins by itself
-('lockcluster serve --join'); this command does it from outside.`,
+		Use:   "join --id ID --raft-addr HOST:PORT [--grpc-addr HOST:PORT] [--voter | --no-promote]",
+		Short: "Add a node to the cluster, as a learner that becomes a voter once caught up",
+		Long: `Add a node to the cluster. Usually a new node joins by itself
+('lockcluster serve --join'); this command does it from outside.
+
+By default the node joins as a learner (raft's non-voter, as etcd's
+learners and Consul's new servers): it receives the log but neither votes
+nor counts toward a commit, so a node with a long log to catch up does not
+slow the cluster's commits. The leader promotes it to voter once it is
+caught up: at most 1,000 entries behind the leader's commit index, and fit,
+for three of the leader's probes in a row (about 3 s). 'lockcluster
+members' shows it as a Learner, and how far behind it is, until then.
+
+--voter adds it as a voter at once (the behaviour before learners); use it
+only for a node whose log is current. --no-promote keeps it a learner until
+'lockcluster promote ID'. A node that is already a voter stays one.`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) != 0 || m.ID == "" || m.RaftAddr == "" {
-				return &exitError{code: exitUsage, msg: "usage: lockcluster join --id ID --raft-addr HOST:PORT [--grpc-addr HOST:PORT]"}
+				return &exitError{code: exitUsage, msg: usage}
+			}
+			if voter && (noPromote || cmd.Flags().Changed("learner")) {
+				return &exitError{code: exitUsage, msg: "--voter adds a voter at once: it goes with neither --learner nor --no-promote\n" + usage}
 			}
 			return nil
 		},
 		RunE: g.withAdmin(true, func(ctx context.Context, a *lockcluster.Admin, _ []string) error {
-			res, err := a.Join(ctx, m)
+			res, err := a.JoinWith(ctx, m, lockcluster.JoinOptions{Learner: learner && !voter, NoPromote: noPromote})
 			if err != nil {
 				return g.exit(err)
 			}
-			if g.output == "json" {
-				return printJSON(os.Stdout, map[string]any{"id": m.ID, "joined": true, "voters": res.Voters, "warning": res.Warning})
+			// Asked for a learner, got a voter: it was one already, or the
+			// leader's release has no learners.
+			var note string
+			if learner && !voter && !res.Learner {
+				note = "asked to join as a learner, the node is a voter: it was one already, or the leader runs a release without learners"
 			}
-			fmt.Printf("%s joined (%d voters)\n", m.ID, res.Voters)
+			if g.output == "json" {
+				out := map[string]any{"id": m.ID, "joined": true, "voters": res.Voters, "learner": res.Learner, "warning": res.Warning}
+				if note != "" {
+					out["note"] = note
+				}
+				return printJSON(os.Stdout, out)
+			}
+			switch {
+			case res.Learner && noPromote:
+				fmt.Printf("%s joined as a learner (%d voters); promote it once it has caught up: lockcluster promote %s\n", m.ID, res.Voters, m.ID)
+			case res.Learner:
+				fmt.Printf("%s joined as a learner (%d voters); the leader promotes it to voter once it has caught up (see lockcluster members)\n", m.ID, res.Voters)
+			default:
+				fmt.Printf("%s joined (%d voters)\n", m.ID, res.Voters)
+			}
+			if note != "" {
+				fmt.Fprintln(os.Stderr, "note: "+note)
+			}
 			if res.Warning != "" {
 				fmt.Fprintln(os.Stderr, "warning: "+res.Warning)
 			}
@@ -298,8 +380,51 @@ func newJoin(g *globals) *cobra.Command {
 	}
 	cmd.Flags().StringVar(&m.ID, "id", "", "the node's id")
 	cmd.Flags().StringVar(&m.RaftAddr, "raft-addr", "", "the node's raft address")
-	cmd.Flags().StringVar(&m.GRPCAddr, "grpc-addr", "", "the node's client API address")
+	cmd.Flags().StringVar(&m.GRPCAddr, "grpc-addr", "", "the node's client API address (the leader probes it to judge a learner caught up)")
 	cmd.Flags().StringVar(&m.HTTPAddr, "http-addr", "", "the node's HTTP address")
+	cmd.Flags().BoolVar(&learner, "learner", true, "join as a learner, promoted to voter once caught up (the default)")
+	cmd.Flags().BoolVar(&voter, "voter", false, "join as a voter at once")
+	cmd.Flags().BoolVar(&noPromote, "no-promote", false, "join as a learner that only 'lockcluster promote' makes a voter")
+	return cmd
+}
+
+func newPromote(g *globals) *cobra.Command {
+	var force bool
+	cmd := &cobra.Command{
+		Use:   "promote ID",
+		Short: "Make a learner a voter",
+		Long: `Make a learner (a node joined as one: lockcluster join) a voter. The leader
+refuses, naming how far behind it is, a learner that is more than 1,000
+entries behind its commit index, that does not answer its probes, or that
+is unfit to serve: a voter that far behind could stall the cluster's
+commits while it catches up. Wait for it ('lockcluster members' shows how
+far behind it is), or --force. Promoting a voter changes nothing.`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				return &exitError{code: exitUsage, msg: "usage: lockcluster promote ID [--force]"}
+			}
+			return nil
+		},
+		RunE: g.withAdmin(true, func(ctx context.Context, a *lockcluster.Admin, args []string) error {
+			res, err := a.Promote(ctx, args[0], lockcluster.PromoteOptions{Force: force})
+			if err != nil {
+				return g.exit(err)
+			}
+			if g.output == "json" {
+				return printJSON(os.Stdout, map[string]any{"id": args[0], "promoted": !res.AlreadyVoter, "alreadyVoter": res.AlreadyVoter, "voters": res.Voters, "warning": res.Warning})
+			}
+			if res.AlreadyVoter {
+				fmt.Printf("%s is a voter already (%d voters)\n", args[0], res.Voters)
+			} else {
+				fmt.Printf("%s promoted to voter (%d voters)\n", args[0], res.Voters)
+			}
+			if res.Warning != "" {
+				fmt.Fprintln(os.Stderr, "warning: "+res.Warning)
+			}
+			return nil
+		}),
+	}
+	cmd.Flags().BoolVar(&force, "force", false, "promote however far behind the learner is")
 	return cmd
 }
 

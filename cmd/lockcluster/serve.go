@@ -30,6 +30,7 @@ type serveConfig struct {
 	advGRPC, advRaft, advHTTP                 string
 	bootstrap, join, logLevel, raftDial       string
 	bootstrapCheck                            string // bootstrapcheck.go
+	joinVoter                                 bool
 	logFormat                                 string
 	auditRefusalInterval                      time.Duration
 	heartbeat, election, lease                time.Duration
@@ -93,6 +94,7 @@ func (c *serveConfig) settings() []setting {
 		{key: "advertise-http", usage: "HTTP address shown to others (default: http-addr)", str: &c.advHTTP},
 		{key: "bootstrap", usage: "first voters of a NEW cluster, id=raft-host:port,... (this node among them); ignored once the data dir has state", str: &c.bootstrap},
 		{key: "join", usage: "client API address of a member to join through, for a new node", str: &c.join},
+		{key: "join-voter", usage: "with join: join as a voter at once, rather than as a learner that the leader promotes to voter once it has caught up (see lockcluster join)", flag: &c.joinVoter},
 		{key: "bootstrap-check", usage: "client API addresses of the --bootstrap voters, id=host:port,...: on an empty data directory only the first voter bootstraps, once every other one answers that it has no raft state; a node that finds one with state joins through it (a lost volume never starts a second cluster)", str: &c.bootstrapCheck},
 		{key: "heartbeat-timeout", usage: "raft: a follower that hears no leader this long starts an election", dur: &c.heartbeat},
 		{key: "election-timeout", usage: "raft: a candidate that has not won this long tries again", dur: &c.election},
@@ -271,7 +273,7 @@ func (c *serveConfig) run() error {
 	cfg := node.Config{
 		ID: c.id, DataDir: c.dataDir, GRPCAddr: c.grpcAddr, RaftAddr: c.raftAddr, HTTPAddr: c.httpAddr,
 		AdvertiseGRPC: c.advGRPC, AdvertiseRaft: c.advRaft, AdvertiseHTTP: c.advHTTP,
-		Bootstrap: peers, Join: c.join, Logger: logger,
+		Bootstrap: peers, Join: c.join, JoinLearner: !c.joinVoter, Logger: logger,
 		MaxMessageBytes: int(c.maxMessage), EnablePprof: c.pprof,
 	}
 	// What a reload changes too (reload.go).

@@ -37,6 +37,7 @@ func TestRefusalReasons(t *testing.T) {
 		{call("", "/lockcluster.v1.Locks/Query", &pb.QueryRequest{Namespace: "ns"}), codes.Unauthenticated, ReasonNoCredential},
 		{call("user-token-0123456789", "/lockcluster.v1.Locks/Query", &pb.QueryRequest{Namespace: huge}), codes.PermissionDenied, ReasonNamespace},
 		{call("user-token-0123456789", "/lockcluster.v1.Cluster/Members", &pb.MembersRequest{}), codes.PermissionDenied, ReasonAdmin},
+		{call("user-token-0123456789", "/lockcluster.v1.Cluster/Promote", &pb.PromoteRequest{Id: "node3"}), codes.PermissionDenied, ReasonAdmin},
 		{call("user-token-0123456789", "/lockcluster.v1.Locks/Query", &pb.QueryRequest{Namespace: "ns"}), codes.OK, ""},
 	} {
 		if status.Code(tc.err) != tc.code || RefusalReason(tc.err) != tc.reason {

@@ -61,6 +61,10 @@ type Config struct {
 	// Join is the gRPC address of a member to join through, when DataDir is
 	// empty and Bootstrap is not set.
 	Join string
+	// JoinLearner joins as a learner, which the leader promotes to voter
+	// once it has caught up (JoinRequest.learner; serve's default), rather
+	// than as a voter at once.
+	JoinLearner bool
 	// Raft carries raft tuning (timeouts, batching, snapshots); its ID,
 	// DataDir, BindAddr, AdvertiseAddr, Bootstrap and Logger are set here.
 	Raft   raftnode.Config
@@ -278,13 +282,13 @@ func (n *Node) join(ctx context.Context, self fsm.Member) {
 		return
 	}
 	defer cc.Close()
-	req := &pb.JoinRequest{Id: self.ID, RaftAddr: self.RaftAddr, GrpcAddr: self.GRPCAddr, HttpAddr: self.HTTPAddr}
+	req := &pb.JoinRequest{Id: self.ID, RaftAddr: self.RaftAddr, GrpcAddr: self.GRPCAddr, HttpAddr: self.HTTPAddr, Learner: n.cfg.JoinLearner}
 	for {
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		resp, err := pb.NewClusterClient(cc).Join(cctx, req)
 		cancel()
 		if err == nil {
-			n.log.Info("joined the cluster", "through", n.cfg.Join, "voters", resp.Voters)
+			n.log.Info("joined the cluster", "through", n.cfg.Join, "voters", resp.Voters, "learner", resp.Learner)
 			if resp.Warning != "" {
 				n.log.Warn(resp.Warning)
 			}

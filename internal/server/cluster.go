@@ -15,11 +15,12 @@ import (
 // Status is this node's own view: raft's state and indexes, the lock
 // manager's counts, and why it is unfit to serve, if it is. It answers
 // while the node is fenced (fence.go), and reads no lock state.
-func (s *Server) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.StatusResponse, error) {
+func (s *Server) Status(ctx context.Context, req *pb.StatusRequest) (*pb.StatusResponse, error) {
 	node := s.replica()
 	if node == nil {
 		return nil, toStatus(fmt.Errorf("%w: node is starting", rpcerr.ErrNotReady))
 	}
+	s.heardNoPromote(ctx, req) // learner.go
 	st := node.Stats()
 	u := func(k string) uint64 { v, _ := strconv.ParseUint(st[k], 10, 64); return v }
 	leaderID, _ := node.Leader()
@@ -102,6 +103,21 @@ func (s *Server) Leave(ctx context.Context, req *pb.LeaveRequest) (*pb.LeaveResp
 		})
 	}
 	return &pb.LeaveResponse{}, nil
+}
+
+// Promote makes a learner a voter, on the leader (learner.go): it refuses
+// one that the leader's probes do not see caught up, unless forced.
+func (s *Server) Promote(ctx context.Context, req *pb.PromoteRequest) (*pb.PromoteResponse, error) {
+	if req.Id == "" {
+		return nil, invalid("promote needs a node id")
+	}
+	resp, err := s.members.promote(ctx, req)
+	if err != nil {
+		return forward(s, ctx, err, func(ctx context.Context, cc *grpc.ClientConn) (*pb.PromoteResponse, error) {
+			return pb.NewClusterClient(cc).Promote(ctx, req)
+		})
+	}
+	return resp, nil
 }
 
 // Touch renews the deadlines of sessions whose heartbeats reached a

@@ -36,6 +36,8 @@ type fakeLog struct {
 	leader  string
 	reps    []*fakeReplica
 	extra   []raftnode.Member // joined by id only (no replica here)
+	// learners: replicas that are non-voters (learner_fake_test.go).
+	learners map[string]bool
 	// fail, when set, decides a proposal's fate before it is appended:
 	// appended says whether the entry goes into the log anyway.
 	fail func(data []byte) (appended bool, err error)
@@ -208,7 +210,7 @@ func (r *fakeReplica) Members() ([]raftnode.Member, error) {
 	defer r.log.mu.Unlock()
 	var out []raftnode.Member
 	for _, o := range r.log.reps {
-		out = append(out, raftnode.Member{ID: o.id, Addr: o.addr, Suffrage: "Voter", Leader: o.id == r.log.leader})
+		out = append(out, raftnode.Member{ID: o.id, Addr: o.addr, Suffrage: r.log.suffrageLocked(o.id), Leader: o.id == r.log.leader})
 	}
 	return append(out, r.log.extra...), nil
 }

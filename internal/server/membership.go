@@ -42,8 +42,9 @@ import (
 //     record-only join cannot re-add the record of a member that a leave
 //     is removing.
 type membership struct {
-	s  *Server
-	mu sync.Mutex // held by join, leave and reconcile
+	s        *Server
+	mu       sync.Mutex // held by join, leave, reconcile and promote
+	learners learners   // learner.go
 }
 
 // maxReconcile bounds the stale records one reconcile removes (the rest
@@ -99,13 +100,15 @@ func (ms *membership) list(r Replica) (*pb.MembersResponse, error) {
 		if leading {
 			ms.s.describe(pm)
 		}
+		ms.describeLearner(pm) // learner.go
 		out.Members = append(out.Members, pm)
 	}
 	return out, nil
 }
 
-// join adds the voter and records it in the member directory, on the
-// leader; with record_only, it records a member of the configuration only.
+// join adds the voter (with learner, the learner: learner.go) and records
+// it in the member directory, on the leader; with record_only, it records
+// a member of the configuration only.
 func (ms *membership) join(ctx context.Context, req *pb.JoinRequest) (*pb.JoinResponse, error) {
 	r, err := ms.replica()
 	if err != nil {
@@ -124,6 +127,10 @@ func (ms *membership) join(ctx context.Context, req *pb.JoinRequest) (*pb.JoinRe
 		if !inConfiguration(conf, req.Id) {
 			return nil, fmt.Errorf("%w: %s is not a member (removed by leave?): not recording it", raftnode.ErrNotMember, req.Id)
 		}
+	} else if req.Learner {
+		if err := r.AddLearner(ctx, req.Id, req.RaftAddr); err != nil {
+			return nil, err
+		}
 	} else if err := r.Join(ctx, req.Id, req.RaftAddr); err != nil {
 		return nil, err
 	}
@@ -134,14 +141,17 @@ func (ms *membership) join(ctx context.Context, req *pb.JoinRequest) (*pb.JoinRe
 	ms.s.probeNow() // its protocol level, at once (level.go)
 	resp := &pb.JoinResponse{}
 	if conf, err := r.Members(); err == nil {
-		for _, m := range conf {
-			if m.Suffrage == "Voter" {
-				resp.Voters++
-			}
-		}
+		resp.Voters = voters(conf) // learners do not count
+		i := slices.IndexFunc(conf, func(m raftnode.Member) bool { return m.ID == req.Id })
+		resp.Learner = i >= 0 && isLearner(conf[i].Suffrage)
+	}
+	// A no-promote mark stays until the learner is promoted or removed: a
+	// learner's own join (serve --join) does not clear it.
+	if resp.Learner && req.NoPromote {
+		ms.learners.setManual(req.Id, true)
 	}
 	resp.Warning = evenVoters(resp.Voters)
-	ms.s.log.Info("member joined", "id", logsafe.String(req.Id), "raft", logsafe.String(req.RaftAddr), "grpc", logsafe.String(req.GrpcAddr), "voters", resp.Voters)
+	ms.s.log.Info("member joined", "id", logsafe.String(req.Id), "raft", logsafe.String(req.RaftAddr), "grpc", logsafe.String(req.GrpcAddr), "voters", resp.Voters, "learner", resp.Learner)
 	if resp.Warning != "" {
 		ms.s.log.Warn(resp.Warning)
 	}
@@ -193,6 +203,7 @@ func (ms *membership) leave(ctx context.Context, id string) error {
 	if err := ms.setMember(ctx, fsm.Member{ID: id}, true); err != nil {
 		return err
 	}
+	ms.learners.forget(id)
 	ms.s.log.Info("member removed", "id", logsafe.String(id))
 	ms.reconcileLocked(ctx)
 	return nil

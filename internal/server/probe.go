@@ -88,6 +88,7 @@ func (s *Server) probeMembers(ctx context.Context) {
 		}
 		wg.Wait()
 		s.levelProbed() // level.go
+		s.members.promoteCaughtUp(ctx)
 	}
 }
 
@@ -96,7 +97,7 @@ func (s *Server) probeOne(ctx context.Context, id, addr string, timeout time.Dur
 	var st *pb.StatusResponse
 	if err == nil {
 		pctx, cancel := context.WithTimeout(ctx, timeout)
-		st, err = pb.NewClusterClient(cc).Status(s.forwardContext(pctx), &pb.StatusRequest{})
+		st, err = pb.NewClusterClient(cc).Status(s.forwardContext(pctx), &pb.StatusRequest{NoPromote: s.members.learners.manualList()})
 		cancel()
 	}
 	commit := s.commitIndex()

@@ -50,6 +50,11 @@ type Replica interface {
 	Members() ([]raftnode.Member, error)
 	Join(ctx context.Context, id, addr string) error
 	Leave(ctx context.Context, id string) error
+	// AddLearner adds a non-voter (a voter stays one); Promote makes a
+	// non-voter a voter (nil for a voter; raftnode.ErrNotMember for an id
+	// that is not a member). On the leader, as Join (learner.go).
+	AddLearner(ctx context.Context, id, addr string) error
+	Promote(ctx context.Context, id string) error
 	// Unfit returns nil while this node may serve clients, and otherwise
 	// why not (raftnode's fences: diverged, damaged, storage failing,
 	// behind). Status reports it; the interceptors in fence.go refuse every
