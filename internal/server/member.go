@@ -60,6 +60,9 @@ import (
 type memberState struct {
 	lastHeal atomic.Int64 // unix ns: the last time the secret was proposed again
 	lastWarn atomic.Int64 // unix ns: the last warning that the leader refused this node's Touch
+	// openWarned: memberOnly has warned that it lets calls through while
+	// no secret is drawn.
+	openWarned atomic.Bool
 }
 
 // unprovenKey is the context key of a call whose forwarding marks were
@@ -100,8 +103,22 @@ func (s *Server) namesMember(id string) bool {
 }
 
 // memberOnly refuses a call to method that does not come from a member.
+//
+// Until the cluster secret is drawn (the cluster's level is below
+// fsm.LevelClusterSecret: a member runs the previous release, or has not
+// been heard from since this leader's term began), a call without a member
+// certificate cannot prove anything, and it is let through as the previous
+// release let it: refusing it would refuse every follower's forwarded
+// heartbeats for as long as one member stays down or old. The secret closes
+// that as soon as it is drawn.
 func (s *Server) memberOnly(ctx context.Context, method string) error {
 	if s.fromMember(ctx) {
+		return nil
+	}
+	if s.m.ClusterSecret() == "" {
+		if s.member.openWarned.CompareAndSwap(false, true) {
+			s.log.Warn("the cluster secret is not drawn yet (a member runs an older release or has not been heard from): member-only calls are accepted from any caller until it is", "method", method)
+		}
 		return nil
 	}
 	s.healSecret(ctx)
