@@ -81,6 +81,12 @@ func DecodeEntry(b []byte) (Entry, error) {
 		}
 		return Entry{}, fmt.Errorf("fsm: entry type %d is unknown to this node and not flagged ignore-if-unknown: upgrade this node", t)
 	}
+	if _, ok := cmd.(*SetClusterSecret); ok && !e.ignoreIfUnknown {
+		// The encoder always flags it, so that a node of the previous
+		// release skips it (clustersecret.go): an unflagged one was not
+		// written by a lockcluster node.
+		return Entry{}, fmt.Errorf("fsm: %s entry is not flagged ignore-if-unknown", t)
+	}
 	decodeCmd(&d, cmd)
 	if d.err == nil && len(d.b) != 0 {
 		d.fail(fmt.Errorf("%d trailing bytes", len(d.b)))
