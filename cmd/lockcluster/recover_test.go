@@ -30,34 +30,7 @@ func TestRecoverAfterLosingAMajority(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	// Long TTLs: the sessions must outlive the outage.
-	ttl := lockcluster.WithTTL(5 * time.Minute)
-	a := dialT(t, pc.addrs(), ttl, lockcluster.WithLabel("a"))
-	b := dialT(t, pc.addrs(), ttl, lockcluster.WithLabel("b"))
-	w := dialT(t, pc.addrs(), ttl, lockcluster.WithLabel("waiter"))
-	for _, acq := range []struct {
-		c    *lockcluster.Client
-		name string
-		mode lockcluster.Mode
-	}{{a, "x", lockcluster.Exclusive}, {a, "s", lockcluster.Shared}, {b, "s", lockcluster.Shared}} {
-		if _, err := acq.c.Acquire(ctx, acq.name, lockcluster.Options{Mode: acq.mode}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	wctx, wcancel := context.WithCancel(ctx)
-	defer wcancel()
-	go w.Acquire(wctx, "x", lockcluster.Options{})
-	testutil.Eventually(t, 10*time.Second, "the waiter to queue", func() bool {
-		q, err := a.Query(ctx)
-		return err == nil && len(q.Pending) == 1
-	})
-	before := queryJSON(t, pc)
-	if len(before.Held) != 3 || len(before.Pending) != 1 {
-		t.Fatalf("before: %+v", before)
-	}
-	var maxToken uint64
-	for _, l := range before.Held {
-		maxToken = max(maxToken, l.Token)
-	}
+	ttl, before, maxToken := holdSome(t, ctx, pc)
 	// The survivor has every committed entry: this test is not about
 	// what a lagging survivor loses (README, Operations, says).
 	pc.directoryComplete(10 * time.Second)

@@ -67,15 +67,12 @@ func restoredCluster(t *testing.T) *procCluster {
 	return rc
 }
 
-// A snapshot saved from a running cluster seeds a new one with the same
-// sessions, held locks (exclusive and shared) and queue; new grants get
-// tokens above every earlier one, and the new cluster grows by joining.
-func TestSnapshotSaveRestoreRoundTrip(t *testing.T) {
-	pc := startProcs(t, 3)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	// Long TTLs: the restored cluster's sessions have no client renewing
-	// them, and get a full TTL from its first leader's takeover.
+// holdSome makes the state that the backup and recovery tests carry over:
+// sessions a and b hold x exclusively and s shared, and a waiter queues for
+// x. It returns the sessions' TTL option (long: they must outlive an
+// outage), the state as 'query' shows it, and the highest token held.
+func holdSome(t *testing.T, ctx context.Context, pc *procCluster) (lockcluster.Option, lockcluster.Snapshot, uint64) {
+	t.Helper()
 	ttl := lockcluster.WithTTL(5 * time.Minute)
 	a := dialT(t, pc.addrs(), ttl, lockcluster.WithLabel("a"))
 	b := dialT(t, pc.addrs(), ttl, lockcluster.WithLabel("b"))
@@ -90,7 +87,7 @@ func TestSnapshotSaveRestoreRoundTrip(t *testing.T) {
 		}
 	}
 	wctx, wcancel := context.WithCancel(ctx)
-	defer wcancel()
+	t.Cleanup(wcancel) // the waiter queues until the test ends
 	go w.Acquire(wctx, "x", lockcluster.Options{})
 	testutil.Eventually(t, 10*time.Second, "the waiter to queue", func() bool {
 		q, err := a.Query(ctx)
@@ -104,6 +101,19 @@ func TestSnapshotSaveRestoreRoundTrip(t *testing.T) {
 	for _, l := range before.Held {
 		maxToken = max(maxToken, l.Token)
 	}
+	return ttl, before, maxToken
+}
+
+// A snapshot saved from a running cluster seeds a new one with the same
+// sessions, held locks (exclusive and shared) and queue; new grants get
+// tokens above every earlier one, and the new cluster grows by joining.
+func TestSnapshotSaveRestoreRoundTrip(t *testing.T) {
+	pc := startProcs(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	// Long TTLs: the restored cluster's sessions have no client renewing
+	// them, and get a full TTL from its first leader's takeover.
+	ttl, before, maxToken := holdSome(t, ctx, pc)
 	sessions := leaderStatus(t, pc.addrs()).Sessions
 	pc.directoryComplete(10 * time.Second) // every member's record is in the state
 
