@@ -216,6 +216,13 @@ func (r *fakeReplica) Members() ([]raftnode.Member, error) {
 }
 
 func (r *fakeReplica) Join(ctx context.Context, id, addr string) error {
+	return r.addServer(id, addr, "Voter")
+}
+
+// addServer adds id at addr to the fake configuration with suffrage (a
+// replica of the fake cluster stays as it is; a known extra member gets
+// the new address), on the leader.
+func (r *fakeReplica) addServer(id, addr, suffrage string) error {
 	r.log.mu.Lock()
 	defer r.log.mu.Unlock()
 	if r.log.leader != r.id {
@@ -232,7 +239,7 @@ func (r *fakeReplica) Join(ctx context.Context, id, addr string) error {
 			return nil
 		}
 	}
-	r.log.extra = append(r.log.extra, raftnode.Member{ID: id, Addr: addr, Suffrage: "Voter"})
+	r.log.extra = append(r.log.extra, raftnode.Member{ID: id, Addr: addr, Suffrage: suffrage})
 	return nil
 }
 

@@ -36,24 +36,7 @@ func (fc *fakeCluster) setLearner(id string) {
 }
 
 func (r *fakeReplica) AddLearner(ctx context.Context, id, addr string) error {
-	r.log.mu.Lock()
-	defer r.log.mu.Unlock()
-	if r.log.leader != r.id {
-		return r.notLeaderLocked()
-	}
-	for _, o := range r.log.reps {
-		if o.id == id {
-			return nil // a voter stays one
-		}
-	}
-	for i, m := range r.log.extra {
-		if m.ID == id {
-			r.log.extra[i].Addr = addr
-			return nil
-		}
-	}
-	r.log.extra = append(r.log.extra, raftnode.Member{ID: id, Addr: addr, Suffrage: "Nonvoter"})
-	return nil
+	return r.addServer(id, addr, "Nonvoter") // a voter stays one
 }
 
 func (r *fakeReplica) Promote(ctx context.Context, id string) error {
