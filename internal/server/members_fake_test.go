@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -20,18 +21,7 @@ import (
 func TestMembersShowWhatTheLeaderSees(t *testing.T) {
 	fc := newFakeCluster(t, 3, fakeOptions{configure: func(c *Config) { c.ProbeInterval = 5 * time.Millisecond }})
 	ctx := testCtx(t)
-	members := func(via string) map[string]*pb.Member {
-		t.Helper()
-		r, err := fc.node(via).clus.Members(ctx, &pb.MembersRequest{})
-		if err != nil {
-			t.Fatalf("members via %s: %v", via, err)
-		}
-		out := map[string]*pb.Member{}
-		for _, m := range r.Members {
-			out[m.Id] = m
-		}
-		return out
-	}
+	members := func(via string) map[string]*pb.Member { return membersVia(t, ctx, fc, via) }
 	eventually(t, "every member probed and reachable", func() bool {
 		ms := members("n2")
 		for _, id := range []string{"n1", "n2", "n3"} {
@@ -79,18 +69,7 @@ func TestMembersShowWhatTheLeaderSees(t *testing.T) {
 func TestFencedMemberSaysWhy(t *testing.T) {
 	fc := newFakeCluster(t, 3, fakeOptions{configure: func(c *Config) { c.ProbeInterval = 5 * time.Millisecond }})
 	ctx := testCtx(t)
-	members := func(via string) map[string]*pb.Member {
-		t.Helper()
-		r, err := fc.node(via).clus.Members(ctx, &pb.MembersRequest{})
-		if err != nil {
-			t.Fatalf("members via %s: %v", via, err)
-		}
-		out := map[string]*pb.Member{}
-		for _, m := range r.Members {
-			out[m.Id] = m
-		}
-		return out
-	}
+	members := func(via string) map[string]*pb.Member { return membersVia(t, ctx, fc, via) }
 	eventually(t, "every member probed and reachable", func() bool {
 		ms := members("n2")
 		for _, id := range []string{"n1", "n2", "n3"} {
@@ -150,4 +129,18 @@ func TestJoinWarnsOfAnEvenVoterCount(t *testing.T) {
 	if err != nil || r.Voters != 5 || r.Warning != "" {
 		t.Fatalf("the fifth voter: %v, %v: want no warning", r, err)
 	}
+}
+
+// membersVia is the Members answer asked of node via, by member id.
+func membersVia(t *testing.T, ctx context.Context, fc *fakeCluster, via string) map[string]*pb.Member {
+	t.Helper()
+	r, err := fc.node(via).clus.Members(ctx, &pb.MembersRequest{})
+	if err != nil {
+		t.Fatalf("members via %s: %v", via, err)
+	}
+	out := map[string]*pb.Member{}
+	for _, m := range r.Members {
+		out[m.Id] = m
+	}
+	return out
 }
