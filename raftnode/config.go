@@ -63,6 +63,12 @@ type Config struct {
 	// It is used only when DataDir holds no raft state; a node with no state
 	// and no Bootstrap waits to be joined (see Node.Join).
 	Bootstrap []Peer
+	// BootstrapStamp, when not 0, is stored with the state of a cluster
+	// this node bootstraps (Bootstrap, no raft state yet), and read back by
+	// Node.BootstrapStamp for as long as the data directory lives. The
+	// caller says what it means: lockcluster stores the protocol level
+	// that created the cluster (internal/server/level.go).
+	BootstrapStamp uint64
 
 	// HeartbeatTimeout: a follower that hears nothing from the leader for
 	// this long starts an election. Default 500ms (raft: 1s).

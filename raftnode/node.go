@@ -137,6 +137,9 @@ func (n *Node) open(fsm raft.FSM) error {
 		if err := raft.BootstrapCluster(cfg.raftConfig(nil), n.logs, store, snaps, n.clamp, conf); err != nil {
 			return fmt.Errorf("raftnode: bootstrap: %w", err)
 		}
+		if err := n.stamp(); err != nil {
+			return err
+		}
 		n.logger.Info("bootstrapped cluster", "servers", conf.Servers)
 	case !hasState:
 		n.logger.Info("no raft state and no Bootstrap: waiting to be joined")
@@ -258,8 +261,40 @@ func (n *Node) bootstrapCluster(peers []Peer) error {
 	if err := n.raft.BootstrapCluster(conf).Error(); err != nil {
 		return fmt.Errorf("raftnode: bootstrap: %w", err)
 	}
+	if err := n.stamp(); err != nil {
+		return err
+	}
 	n.logger.Info("bootstrapped cluster", "servers", conf.Servers)
 	return nil
+}
+
+// bootstrapStampKey is the stable store key of Config.BootstrapStamp.
+var bootstrapStampKey = []byte("lockcluster_bootstrap_stamp")
+
+// stamp stores Config.BootstrapStamp after a bootstrap. It is written
+// after the bootstrap, not before: a stamp on a node whose bootstrap
+// failed, and that is later joined instead, would claim a cluster it did
+// not create. A crash between the two leaves no stamp, which its reader
+// must take as "unknown".
+func (n *Node) stamp() error {
+	if n.cfg.BootstrapStamp == 0 {
+		return nil
+	}
+	if err := n.stores.checked.SetUint64(bootstrapStampKey, n.cfg.BootstrapStamp); err != nil {
+		return fmt.Errorf("raftnode: bootstrap: storing the bootstrap stamp: %w", err)
+	}
+	return nil
+}
+
+// BootstrapStamp is the Config.BootstrapStamp this node stored when it
+// bootstrapped its cluster; 0 when it did not bootstrap it (it was
+// joined), bootstrapped with none, or the stamp cannot be read.
+func (n *Node) BootstrapStamp() uint64 {
+	v, err := n.stores.checked.GetUint64(bootstrapStampKey)
+	if err != nil {
+		return 0
+	}
+	return v
 }
 
 // bootstrapConfiguration is the raft configuration of exactly peers, all

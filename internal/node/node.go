@@ -185,6 +185,9 @@ func (n *Node) start() error {
 	rcfg := n.cfg.Raft
 	rcfg.ID, rcfg.DataDir, rcfg.BindAddr, rcfg.AdvertiseAddr = cfg.ID, filepath.Join(cfg.DataDir, "raft"), cfg.RaftAddr, cfg.AdvertiseRaft
 	rcfg.Bootstrap, rcfg.Logger = cfg.Bootstrap, n.log.Named("raft")
+	// A cluster this node bootstraps is stamped with this node's protocol
+	// level: the floor below which no member runs (server/level.go).
+	rcfg.BootstrapStamp = uint64(orDefault(scfg.ProtocolLevel, fsm.ProtocolLevel))
 	srvHolder := &sinkHolder{}
 	adapter := raftfsm.New(n.machine, raftfsm.WithSink(func(i uint64, ap fsm.Applied) { n.metrics.Applied(i, ap); srvHolder.apply(i, ap) }), raftfsm.WithLogger(n.log.Named("fsm")))
 	var err error
@@ -193,6 +196,7 @@ func (n *Node) start() error {
 	}
 	self.RaftAddr = n.raft.Addr()
 	scfg.Self = self
+	scfg.BootstrapLevel = int(n.raft.BootstrapStamp())
 	n.srv = server.New(scfg)
 	srvHolder.set(n.srv)
 

@@ -21,8 +21,11 @@ import (
 // level is the lowest among the members of the raft configuration: this
 // node at its own, a member at the level it last reported (one that
 // reports none runs a release before levels: fsm.PreviousLevel), and a
-// member not heard from in this term at fsm.PreviousLevel, which is
-// conservative: a cluster holds no member older than the release before.
+// member not heard from in this term's first probe round, or since, at
+// the cluster's floor (levelFloor):
+// the level its state already uses, or that created it, and
+// fsm.PreviousLevel when neither says more, which is conservative: a
+// cluster holds no member older than the release before.
 //
 // gateLevel is asked before every proposal (propose): an entry type newer
 // than the cluster level is never proposed, so a node of the release
@@ -42,6 +45,9 @@ type levels struct {
 	warned  map[string]bool
 	kick    chan struct{} // a probe round at once, not at the next tick
 	own     atomic.Int32  // Config.ProtocolLevel (0: fsm.ProtocolLevel); tests change it
+	// rounds counts the probe rounds of this term: a member not heard
+	// from counts at the floor only after the first (clusterLevel).
+	rounds atomic.Int64
 }
 
 func (l *levels) init(own int) {
@@ -120,13 +126,18 @@ func (s *Server) clusterLevel() clusterLevelView {
 		return v
 	}
 	v = clusterLevelView{level: s.ownLevel(), lowest: s.cfg.Self.ID, why: "is this node, the leader, at level " + strconv.Itoa(s.ownLevel()), known: true, leads: true}
+	floor, floorWhy := s.levelFloor()
+	probedOnce := s.levels.rounds.Load() > 0
 	s.probes.mu.Lock()
 	defer s.probes.mu.Unlock()
 	for _, m := range conf {
 		if m.ID == s.cfg.Self.ID {
 			continue
 		}
-		level, why := fsm.PreviousLevel, "has not answered this leader's probes yet"
+		level, why := floor, "has not answered this leader's probes yet"+floorWhy
+		if !probedOnce {
+			level, why = fsm.PreviousLevel, "has not answered this leader's probes yet (the first round is under way)"
+		}
 		if seen := s.probes.seen[m.ID]; seen.level > 0 {
 			level, why = seen.level, "runs level "+strconv.Itoa(seen.level)
 			if seen.version != "" {
@@ -138,6 +149,32 @@ func (s *Server) clusterLevel() clusterLevelView {
 		}
 	}
 	return v
+}
+
+// levelFloor is the level no member of this cluster runs below, and why
+// (", counted at level 2: ..."; "" at fsm.PreviousLevel). A member below
+// it would be a downgrade, which is not supported: the floor is the level
+// the state already uses (fsm.Machine.UsedLevel), or the level of the
+// release that bootstrapped the cluster when this node did
+// (Config.BootstrapLevel): a cluster created by a release holds no member
+// older than that release, unless an operator added one, which the
+// leader warns of (levelProbed), and which is heard at its own level if
+// it answers the first probe round. Without the bootstrap level, a new
+// cluster with a member that never started would wait for it forever
+// before drawing the cluster secret, and Touch would stay open to anyone
+// (member.go). Never above this node's own level.
+func (s *Server) levelFloor() (int, string) {
+	floor, why := fsm.PreviousLevel, ""
+	if used := s.m.UsedLevel(); used > floor {
+		floor, why = used, ", counted at level "+strconv.Itoa(used)+": the cluster's state already uses it"
+	}
+	if b := s.cfg.BootstrapLevel; b > floor {
+		floor, why = b, ", counted at level "+strconv.Itoa(b)+": the release that bootstrapped this cluster runs it"
+	}
+	if own := s.ownLevel(); floor > own {
+		floor, why = own, ", counted at level "+strconv.Itoa(own)+", this node's"
+	}
+	return floor, why
 }
 
 // gateLevel refuses an entry of type t that the cluster's level does not
@@ -184,6 +221,7 @@ func (e *levelError) GRPCStatus() *status.Status {
 // leader's work that waits for the level, and warns (once a term per
 // member) of a member below the level the state already uses.
 func (s *Server) levelProbed() {
+	s.levels.rounds.Add(1)
 	s.levels.probed()
 	used := s.m.UsedLevel()
 	if used <= fsm.PreviousLevel {
@@ -223,4 +261,5 @@ func (l *levels) forget() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	clear(l.warned)
+	l.rounds.Store(0)
 }

@@ -161,21 +161,21 @@ func TestGateHoldsTheSecretAndSnapshotFormat(t *testing.T) {
 	}
 }
 
-// A member the leader has not heard from counts as the release before:
-// here one in the configuration with no API address to probe. A new
-// leader knows no member's level until its probes answer.
-func TestGateCountsAnUnheardMemberAsPreviousLevel(t *testing.T) {
+// A member the leader has not heard from counts at the cluster's floor
+// (levelFloor): here one in the configuration with no API address to
+// probe, added after the secret was drawn, when the state already uses
+// level 2. A new leader knows no member's level until its probes answer.
+func TestGateCountsAnUnheardMemberAtTheFloor(t *testing.T) {
 	fc := newFakeCluster(t, 3, fakeOptions{configure: func(c *Config) { c.ProbeInterval = 5 * time.Millisecond }})
 	n1 := fc.node("n1")
 	typ := fsm.SetClusterSecret{}.Type()
 	eventually(t, "level 2 once every member answered", func() bool { return n1.srv.gateLevel(typ) == nil })
+	fc.waitSecret()
 	fc.log.mu.Lock()
 	fc.log.extra = append(fc.log.extra, raftnode.Member{ID: "n4", Addr: "raft-n4", Suffrage: "Nonvoter"})
 	fc.log.mu.Unlock()
-	err := n1.srv.gateLevel(typ)
-	var le *levelError
-	if !errors.As(err, &le) || le.lowest != "n4" || le.level != fsm.PreviousLevel || !strings.Contains(err.Error(), "has not answered") {
-		t.Fatalf("with a member never heard from: %v", err)
+	if err := n1.srv.gateLevel(typ); err != nil {
+		t.Fatalf("with a member never heard from, in a cluster whose state uses level 2: %v", err)
 	}
 	if ls := levelsSeen(t, fc, "n1"); ls["n4"] != 0 || ls["n2"] != fsm.ProtocolLevel {
 		t.Fatalf("members' levels: %v; want n4 unknown (0)", ls)
@@ -203,6 +203,56 @@ func TestGateCountsAnUnheardMemberAsPreviousLevel(t *testing.T) {
 	eventually(t, "n2 hears every member", func() bool { return n2.srv.gateLevel(typ) == nil })
 	if n := fc.secretEntries(); n != 1 {
 		t.Fatalf("%d SetClusterSecret entries, want 1: a new leader keeps the secret", n)
+	}
+}
+
+// The floor at which a member not heard from counts: the release before's
+// level, unless the state already uses a newer one or this node
+// bootstrapped the cluster with a newer release; never above this node's
+// own level.
+func TestLevelFloor(t *testing.T) {
+	withSecret := fsm.New()
+	if ap := withSecret.Apply(1, fsm.Entry{Cmd: &fsm.SetClusterSecret{Secret: strings.Repeat("s", 32)}}); ap.Result.Err != nil {
+		t.Fatal(ap.Result.Err)
+	}
+	for _, c := range []struct {
+		name           string
+		m              *fsm.Machine
+		bootstrap, own int
+		want           int
+		why            string
+	}{
+		{"an upgraded cluster, before the secret", fsm.New(), 0, 0, fsm.PreviousLevel, ""},
+		{"a cluster this release bootstrapped", fsm.New(), fsm.LevelClusterSecret, 0, fsm.LevelClusterSecret, "the release that bootstrapped this cluster"},
+		{"a state that holds the secret", withSecret, 0, 0, fsm.LevelClusterSecret, "already uses it"},
+		{"never above this node's own level", fsm.New(), fsm.LevelClusterSecret, fsm.PreviousLevel, fsm.PreviousLevel, "this node's"},
+	} {
+		s := &Server{m: c.m, cfg: Config{BootstrapLevel: c.bootstrap}}
+		s.levels.init(c.own)
+		got, why := s.levelFloor()
+		if got != c.want || c.why == "" && why != "" || !strings.Contains(why, c.why) {
+			t.Errorf("%s: floor %d (%q), want %d (%q)", c.name, got, why, c.want, c.why)
+		}
+	}
+}
+
+// A cluster this release bootstrapped holds a member of the release
+// before only if an operator added one (a downgrade: the leader may have
+// drawn the secret before it heard it, and warns). A member heard at
+// level 1 counts at level 1 all the same: nothing newer is proposed.
+func TestGateHearsAnOldMemberOfANewCluster(t *testing.T) {
+	fc := newFakeCluster(t, 3, fakeOptions{configure: func(c *Config) {
+		c.ProbeInterval = 5 * time.Millisecond
+		c.BootstrapLevel = fsm.ProtocolLevel
+		if c.Self.ID == "n3" {
+			c.ProtocolLevel = fsm.PreviousLevel
+		}
+	}})
+	n1 := fc.node("n1")
+	eventually(t, "the leader hears n3 at level 1", func() bool { return levelsSeen(t, fc, "n1")["n3"] == fsm.PreviousLevel })
+	var le *levelError
+	if err := n1.srv.gateLevel(fsm.SetClusterSecret{}.Type()); !errors.As(err, &le) || le.lowest != "n3" || le.level != fsm.PreviousLevel {
+		t.Fatalf("the gate with n3 heard at level 1: %v", err)
 	}
 }
 

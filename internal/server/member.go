@@ -105,12 +105,13 @@ func (s *Server) namesMember(id string) bool {
 // memberOnly refuses a call to method that does not come from a member.
 //
 // Until the cluster secret is drawn (the cluster's level is below
-// fsm.LevelClusterSecret: a member runs the previous release, or has not
-// been heard from since this leader's term began), a call without a member
-// certificate cannot prove anything, and it is let through as the previous
-// release let it: refusing it would refuse every follower's forwarded
-// heartbeats for as long as one member stays down or old. The secret closes
-// that as soon as it is drawn.
+// fsm.LevelClusterSecret: during an upgrade from the release before, a
+// member runs it, or has not been heard from in this term; a cluster this
+// release created draws it in its first term, whoever is down: level.go's
+// levelFloor), a call without a member certificate cannot prove anything,
+// and it is let through as the previous release let it: refusing it would
+// refuse every follower's forwarded heartbeats for as long as one member
+// stays down or old. The secret closes that as soon as it is drawn.
 func (s *Server) memberOnly(ctx context.Context, method string) error {
 	if s.fromMember(ctx) {
 		return nil

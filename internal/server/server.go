@@ -104,6 +104,11 @@ type Config struct {
 	// itself at (default fsm.ProtocolLevel; level.go). Only tests set it,
 	// to play a node of an older release: a node never proposes above it.
 	ProtocolLevel int
+	// BootstrapLevel is the protocol level of the release that bootstrapped
+	// this cluster, when this node bootstrapped it (raftnode's
+	// BootstrapStamp); 0 when unknown. A member the leader has not heard
+	// from counts at it (level.go).
+	BootstrapLevel int
 }
 
 // Observer is told, on the node that proposed an entry, when a request was
