@@ -15,13 +15,14 @@ const (
 	typeSetLimits     EntryType = 7
 	typeSetMember     EntryType = 8
 	typeClusterSecret EntryType = 9
+	typeSetRecord     EntryType = 10 // record.go
 )
 
 var typeNames = map[EntryType]string{
 	typeOpenSession: "OpenSession", typeCloseSession: "CloseSession",
 	typeExpireSession: "ExpireSession", typeRequest: "Request", typeRelease: "Release",
 	typeAbort: "Abort", typeSetLimits: "SetLimits", typeSetMember: "SetMember",
-	typeClusterSecret: "SetClusterSecret",
+	typeClusterSecret: "SetClusterSecret", typeSetRecord: "SetRecord",
 }
 
 func (t EntryType) String() string {
@@ -94,6 +95,10 @@ type Request struct {
 	// AckBelow tells that the client has every outcome of its request ids
 	// below it: their outcomes may be forgotten (Raft dissertation §6.3).
 	AckBelow uint64
+	// MaxHolders, on a shared request, makes the name a semaphore of that
+	// many holders (SPEC §14); 0 is unlimited. Every held or queued
+	// shared request of a name must agree on it.
+	MaxHolders uint32
 }
 
 // Release releases the lock granted to a request (spec §4.2).

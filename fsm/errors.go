@@ -24,9 +24,13 @@ const (
 	CodeLimit
 	// CodePermission is SecurityError.
 	CodePermission
+	// CodeNotHolder: a record write by a session that does not hold the
+	// name exclusively with the token it gave; Error.Token is the name's
+	// current exclusive token (0: none).
+	CodeNotHolder
 )
 
-var codeNames = [...]string{"OK", "TypeError", "NotSupportedError", "InvalidStateError", "LimitExceeded", "SecurityError"}
+var codeNames = [...]string{"OK", "TypeError", "NotSupportedError", "InvalidStateError", "LimitExceeded", "SecurityError", "NotHolderError"}
 
 func (c Code) String() string {
 	if int(c) < len(codeNames) {
@@ -40,6 +44,9 @@ func (c Code) String() string {
 type Error struct {
 	Code Code
 	Msg  string
+	// Token: with CodeNotHolder, the name's current exclusive token (0:
+	// nobody holds it exclusively).
+	Token uint64
 }
 
 func (e *Error) Error() string { return e.Msg }

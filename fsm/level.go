@@ -20,8 +20,14 @@ const (
 	// format 3, which carries the cluster secret.
 	LevelClusterSecret = 2
 
+	// LevelRecords (the same release as LevelClusterSecret: a release may
+	// bring several levels, which only grow) adds records (SetRecord, type 10), semaphores
+	// (Request.MaxHolders) and the record limits (SetLimits), and the
+	// snapshot format that carries them (record.go).
+	LevelRecords = 3
+
 	// ProtocolLevel is the level this build supports.
-	ProtocolLevel = LevelClusterSecret
+	ProtocolLevel = LevelRecords
 	// PreviousLevel is the level of the release before this one: what a
 	// member that reports no level, or has not been heard from, counts as.
 	// A cluster holds no member older than that (upgrades go one release
@@ -114,4 +120,12 @@ func (m *Machine) UsedLevel() int {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	return snapLevels[snapFormat(m.st.clusterSecret != "")]
+}
+
+// CommandLevel is the protocol level a command needs: its type's
+// (EntryLevel), or more when it uses a field a later level added
+// (Request.MaxHolders, SetLimits' record limits: LevelRecords). The
+// server's gate asks it before every proposal.
+func CommandLevel(cmd Command) int {
+	return EntryLevel(cmd.Type()) // TODO(records): the fields of LevelRecords
 }

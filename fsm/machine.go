@@ -19,6 +19,8 @@ type Machine struct {
 	// read lock between chunks.
 	snapYield func()
 	snapChunk int // objects per chunk when set (by tests)
+	// keepChanges: Apply collects Applied.Changes (KeepChanges).
+	keepChanges bool
 }
 
 // New returns an empty lock manager with the default limits.

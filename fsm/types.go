@@ -135,6 +135,9 @@ type Event struct {
 	AcquiredAt int64 // leader time, Unix nanoseconds
 	Cause      Cause
 	Reason     string // the abort's reason, as the client gave it
+	// Records: on EventGranted, the records of the request's names as they
+	// stood at the grant, by name (names without one left out).
+	Records []Record
 	// Reply marks the entry's own outcome: the grant or not-available of
 	// the request the entry carries, decided at once. The entry's Result
 	// says the same to whoever proposed it, so a stream whose client reads
@@ -153,6 +156,10 @@ type Result struct {
 	AcquiredAt int64
 	Cause      Cause  // why the request ended, when it has
 	Reason     string // the abort's reason, when it has one
+	// Record is the record a SetRecord wrote (nil after a delete). Records
+	// are the records a grant carries (as Event.Records).
+	Record  *Record
+	Records []Record
 	// Duplicate is true when the entry repeated a (session, request id) or a
 	// release already applied: it changed nothing and Status tells where the
 	// original request stands now.
@@ -163,6 +170,9 @@ type Result struct {
 type Applied struct {
 	Result Result
 	Events []Event
+	// Changes are what the entry changed, for watches (record.go); only
+	// collected when the machine keeps them (Machine.KeepChanges).
+	Changes []Change
 }
 
 // LockInfo is one line of a Query: the spec's LockInfo (name, mode,
@@ -177,12 +187,15 @@ type LockInfo struct {
 	Token       uint64 // held locks only
 	AcquiredAt  int64  // held locks only
 	RequestedAt int64  // leader time of the request entry
+	MaxHolders  uint32 // a shared request's semaphore size (0: unlimited)
 }
 
 // QueryResult is the spec's LockManagerSnapshot for one namespace.
 type QueryResult struct {
 	Held    []LockInfo
 	Pending []LockInfo
+	// Records of the names above, by name.
+	Records []Record
 }
 
 // SessionInfo describes one live session.

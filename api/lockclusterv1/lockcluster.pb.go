@@ -249,6 +249,16 @@ const (
 	// cluster's level ("cluster_level") and the lowest member
 	// ("lowest_member").
 	ErrorReason_CLUSTER_LEVEL ErrorReason = 13
+	// OutOfRange: a watch asked to resume below the oldest index of the
+	// history this node keeps, or fell behind it; the metadata names the
+	// oldest index it can resume from ("oldest_index"). Resynchronise with a
+	// watch from a snapshot.
+	ErrorReason_COMPACTED ErrorReason = 14
+	// FailedPrecondition: a record write by a session that does not hold the
+	// name exclusively with the token it gave (stolen, expired, released,
+	// or never granted). The metadata names the name's current token
+	// ("current_token"; "0" when nobody holds it exclusively).
+	ErrorReason_NOT_HOLDER ErrorReason = 15
 )
 
 // Enum value maps for ErrorReason.
@@ -268,6 +278,8 @@ var (
 		11: "NOT_MEMBER",
 		12: "NOT_READY",
 		13: "CLUSTER_LEVEL",
+		14: "COMPACTED",
+		15: "NOT_HOLDER",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED": 0,
@@ -284,6 +296,8 @@ var (
 		"NOT_MEMBER":               11,
 		"NOT_READY":                12,
 		"CLUSTER_LEVEL":            13,
+		"COMPACTED":                14,
+		"NOT_HOLDER":               15,
 	}
 )
 
@@ -370,6 +384,77 @@ func (x Event_Kind) Number() protoreflect.EnumNumber {
 // Deprecated: Use Event_Kind.Descriptor instead.
 func (Event_Kind) EnumDescriptor() ([]byte, []int) {
 	return file_lockcluster_proto_rawDescGZIP(), []int{14, 0}
+}
+
+type Change_Kind int32
+
+const (
+	Change_KIND_UNSPECIFIED Change_Kind = 0
+	Change_GRANTED          Change_Kind = 1
+	Change_QUEUED           Change_Kind = 2
+	// A held lock was released: by its holder, or because its session
+	// ended (cause).
+	Change_RELEASED Change_Kind = 3
+	// A pending request ended without a lock (cause and reason), or its
+	// abort raced its grant and the lock was released at once (token set).
+	Change_ABORTED        Change_Kind = 4
+	Change_STOLEN         Change_Kind = 5
+	Change_SESSION_ENDED  Change_Kind = 6
+	Change_RECORD_SET     Change_Kind = 7
+	Change_RECORD_DELETED Change_Kind = 8
+)
+
+// Enum value maps for Change_Kind.
+var (
+	Change_Kind_name = map[int32]string{
+		0: "KIND_UNSPECIFIED",
+		1: "GRANTED",
+		2: "QUEUED",
+		3: "RELEASED",
+		4: "ABORTED",
+		5: "STOLEN",
+		6: "SESSION_ENDED",
+		7: "RECORD_SET",
+		8: "RECORD_DELETED",
+	}
+	Change_Kind_value = map[string]int32{
+		"KIND_UNSPECIFIED": 0,
+		"GRANTED":          1,
+		"QUEUED":           2,
+		"RELEASED":         3,
+		"ABORTED":          4,
+		"STOLEN":           5,
+		"SESSION_ENDED":    6,
+		"RECORD_SET":       7,
+		"RECORD_DELETED":   8,
+	}
+)
+
+func (x Change_Kind) Enum() *Change_Kind {
+	p := new(Change_Kind)
+	*p = x
+	return p
+}
+
+func (x Change_Kind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Change_Kind) Descriptor() protoreflect.EnumDescriptor {
+	return file_lockcluster_proto_enumTypes[5].Descriptor()
+}
+
+func (Change_Kind) Type() protoreflect.EnumType {
+	return &file_lockcluster_proto_enumTypes[5]
+}
+
+func (x Change_Kind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Change_Kind.Descriptor instead.
+func (Change_Kind) EnumDescriptor() ([]byte, []int) {
+	return file_lockcluster_proto_rawDescGZIP(), []int{34, 0}
 }
 
 type OpenSessionRequest struct {
@@ -733,6 +818,7 @@ type StreamCall struct {
 	//	*StreamCall_Request
 	//	*StreamCall_Release
 	//	*StreamCall_Abort
+	//	*StreamCall_SetRecord
 	Call          isStreamCall_Call `protobuf_oneof:"call"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -809,6 +895,15 @@ func (x *StreamCall) GetAbort() *AbortRequest {
 	return nil
 }
 
+func (x *StreamCall) GetSetRecord() *SetRecordRequest {
+	if x != nil {
+		if x, ok := x.Call.(*StreamCall_SetRecord); ok {
+			return x.SetRecord
+		}
+	}
+	return nil
+}
+
 type isStreamCall_Call interface {
 	isStreamCall_Call()
 }
@@ -825,11 +920,17 @@ type StreamCall_Abort struct {
 	Abort *AbortRequest `protobuf:"bytes,4,opt,name=abort,proto3,oneof"`
 }
 
+type StreamCall_SetRecord struct {
+	SetRecord *SetRecordRequest `protobuf:"bytes,5,opt,name=set_record,json=setRecord,proto3,oneof"`
+}
+
 func (*StreamCall_Request) isStreamCall_Call() {}
 
 func (*StreamCall_Release) isStreamCall_Call() {}
 
 func (*StreamCall_Abort) isStreamCall_Call() {}
+
+func (*StreamCall_SetRecord) isStreamCall_Call() {}
 
 // CallReply answers the StreamCall of the same id: the response the unary
 // call would have had, or its error.
@@ -842,6 +943,7 @@ type CallReply struct {
 	//	*CallReply_Release
 	//	*CallReply_Abort
 	//	*CallReply_Error
+	//	*CallReply_SetRecord
 	Reply         isCallReply_Reply `protobuf_oneof:"reply"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -927,6 +1029,15 @@ func (x *CallReply) GetError() *CallError {
 	return nil
 }
 
+func (x *CallReply) GetSetRecord() *SetRecordResponse {
+	if x != nil {
+		if x, ok := x.Reply.(*CallReply_SetRecord); ok {
+			return x.SetRecord
+		}
+	}
+	return nil
+}
+
 type isCallReply_Reply interface {
 	isCallReply_Reply()
 }
@@ -947,6 +1058,10 @@ type CallReply_Error struct {
 	Error *CallError `protobuf:"bytes,5,opt,name=error,proto3,oneof"`
 }
 
+type CallReply_SetRecord struct {
+	SetRecord *SetRecordResponse `protobuf:"bytes,6,opt,name=set_record,json=setRecord,proto3,oneof"`
+}
+
 func (*CallReply_Request) isCallReply_Reply() {}
 
 func (*CallReply_Release) isCallReply_Reply() {}
@@ -954,6 +1069,8 @@ func (*CallReply_Release) isCallReply_Reply() {}
 func (*CallReply_Abort) isCallReply_Reply() {}
 
 func (*CallReply_Error) isCallReply_Reply() {}
+
+func (*CallReply_SetRecord) isCallReply_Reply() {}
 
 // CallError is a gRPC status as a unary call would have returned it: its
 // code, message, and the ErrorInfo's reason and metadata.
@@ -1512,15 +1629,19 @@ type Event struct {
 	// Numbers the session's events from 1 without gaps.
 	Seq uint64 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
 	// The Raft index of the entry that caused the event.
-	Index         uint64                 `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"`
-	Kind          Event_Kind             `protobuf:"varint,3,opt,name=kind,proto3,enum=lockcluster.v1.Event_Kind" json:"kind,omitempty"`
-	RequestId     uint64                 `protobuf:"varint,4,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
-	Names         []string               `protobuf:"bytes,5,rep,name=names,proto3" json:"names,omitempty"`
-	Mode          Mode                   `protobuf:"varint,6,opt,name=mode,proto3,enum=lockcluster.v1.Mode" json:"mode,omitempty"`
-	Token         uint64                 `protobuf:"varint,7,opt,name=token,proto3" json:"token,omitempty"`
-	AcquiredAt    *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=acquired_at,json=acquiredAt,proto3" json:"acquired_at,omitempty"`
-	Cause         Cause                  `protobuf:"varint,9,opt,name=cause,proto3,enum=lockcluster.v1.Cause" json:"cause,omitempty"`
-	Reason        string                 `protobuf:"bytes,10,opt,name=reason,proto3" json:"reason,omitempty"`
+	Index      uint64                 `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"`
+	Kind       Event_Kind             `protobuf:"varint,3,opt,name=kind,proto3,enum=lockcluster.v1.Event_Kind" json:"kind,omitempty"`
+	RequestId  uint64                 `protobuf:"varint,4,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	Names      []string               `protobuf:"bytes,5,rep,name=names,proto3" json:"names,omitempty"`
+	Mode       Mode                   `protobuf:"varint,6,opt,name=mode,proto3,enum=lockcluster.v1.Mode" json:"mode,omitempty"`
+	Token      uint64                 `protobuf:"varint,7,opt,name=token,proto3" json:"token,omitempty"`
+	AcquiredAt *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=acquired_at,json=acquiredAt,proto3" json:"acquired_at,omitempty"`
+	Cause      Cause                  `protobuf:"varint,9,opt,name=cause,proto3,enum=lockcluster.v1.Cause" json:"cause,omitempty"`
+	Reason     string                 `protobuf:"bytes,10,opt,name=reason,proto3" json:"reason,omitempty"`
+	// GRANTED: the records of the request's names as they stood at the
+	// grant (names without a record are left out), so that a new holder
+	// sees what its predecessor left.
+	Records       []*Record `protobuf:"bytes,11,rep,name=records,proto3" json:"records,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1625,6 +1746,13 @@ func (x *Event) GetReason() string {
 	return ""
 }
 
+func (x *Event) GetRecords() []*Record {
+	if x != nil {
+		return x.Records
+	}
+	return nil
+}
+
 type LockRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
@@ -1642,6 +1770,11 @@ type LockRequest struct {
 	AckBelow uint64 `protobuf:"varint,9,opt,name=ack_below,json=ackBelow,proto3" json:"ack_below,omitempty"`
 	// The session's secret (OpenSessionResponse.secret).
 	SessionSecret []byte `protobuf:"bytes,10,opt,name=session_secret,json=sessionSecret,proto3" json:"session_secret,omitempty"`
+	// A semaphore (SPEC §14): a shared request that at most max_holders
+	// holders may hold at once (0: unlimited, as in the browser). Every
+	// held or queued shared request of a name must agree on it. Needs
+	// protocol level 3.
+	MaxHolders    uint32 `protobuf:"varint,11,opt,name=max_holders,json=maxHolders,proto3" json:"max_holders,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1746,6 +1879,13 @@ func (x *LockRequest) GetSessionSecret() []byte {
 	return nil
 }
 
+func (x *LockRequest) GetMaxHolders() uint32 {
+	if x != nil {
+		return x.MaxHolders
+	}
+	return 0
+}
+
 type LockResponse struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Status Status                 `protobuf:"varint,1,opt,name=status,proto3,enum=lockcluster.v1.Status" json:"status,omitempty"`
@@ -1753,10 +1893,12 @@ type LockResponse struct {
 	Token      uint64                 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
 	AcquiredAt *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=acquired_at,json=acquiredAt,proto3" json:"acquired_at,omitempty"`
 	// The request id was seen before: nothing changed, status is current.
-	Duplicate     bool   `protobuf:"varint,4,opt,name=duplicate,proto3" json:"duplicate,omitempty"`
-	Index         uint64 `protobuf:"varint,5,opt,name=index,proto3" json:"index,omitempty"`
-	Cause         Cause  `protobuf:"varint,6,opt,name=cause,proto3,enum=lockcluster.v1.Cause" json:"cause,omitempty"`
-	Reason        string `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
+	Duplicate bool   `protobuf:"varint,4,opt,name=duplicate,proto3" json:"duplicate,omitempty"`
+	Index     uint64 `protobuf:"varint,5,opt,name=index,proto3" json:"index,omitempty"`
+	Cause     Cause  `protobuf:"varint,6,opt,name=cause,proto3,enum=lockcluster.v1.Cause" json:"cause,omitempty"`
+	Reason    string `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
+	// GRANTED: the records of the names as they stood at the grant.
+	Records       []*Record `protobuf:"bytes,8,rep,name=records,proto3" json:"records,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1838,6 +1980,13 @@ func (x *LockResponse) GetReason() string {
 		return x.Reason
 	}
 	return ""
+}
+
+func (x *LockResponse) GetRecords() []*Record {
+	if x != nil {
+		return x.Records
+	}
+	return nil
 }
 
 type ReleaseRequest struct {
@@ -2218,7 +2367,9 @@ type QueryResponse struct {
 	Held    []*LockInfo            `protobuf:"bytes,1,rep,name=held,proto3" json:"held,omitempty"`
 	Pending []*LockInfo            `protobuf:"bytes,2,rep,name=pending,proto3" json:"pending,omitempty"`
 	// The applied index the snapshot was taken at.
-	Index         uint64 `protobuf:"varint,3,opt,name=index,proto3" json:"index,omitempty"`
+	Index uint64 `protobuf:"varint,3,opt,name=index,proto3" json:"index,omitempty"`
+	// The records of the names held or pending above, by name.
+	Records       []*Record `protobuf:"bytes,4,rep,name=records,proto3" json:"records,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2274,17 +2425,27 @@ func (x *QueryResponse) GetIndex() uint64 {
 	return 0
 }
 
+func (x *QueryResponse) GetRecords() []*Record {
+	if x != nil {
+		return x.Records
+	}
+	return nil
+}
+
 type LockInfo struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Mode          Mode                   `protobuf:"varint,2,opt,name=mode,proto3,enum=lockcluster.v1.Mode" json:"mode,omitempty"`
-	ClientId      string                 `protobuf:"bytes,3,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
-	Label         string                 `protobuf:"bytes,4,opt,name=label,proto3" json:"label,omitempty"`
-	SessionId     uint64                 `protobuf:"varint,5,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
-	RequestId     uint64                 `protobuf:"varint,6,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
-	Token         uint64                 `protobuf:"varint,7,opt,name=token,proto3" json:"token,omitempty"`
-	AcquiredAt    *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=acquired_at,json=acquiredAt,proto3" json:"acquired_at,omitempty"`
-	RequestedAt   *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=requested_at,json=requestedAt,proto3" json:"requested_at,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Name        string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Mode        Mode                   `protobuf:"varint,2,opt,name=mode,proto3,enum=lockcluster.v1.Mode" json:"mode,omitempty"`
+	ClientId    string                 `protobuf:"bytes,3,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	Label       string                 `protobuf:"bytes,4,opt,name=label,proto3" json:"label,omitempty"`
+	SessionId   uint64                 `protobuf:"varint,5,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	RequestId   uint64                 `protobuf:"varint,6,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	Token       uint64                 `protobuf:"varint,7,opt,name=token,proto3" json:"token,omitempty"`
+	AcquiredAt  *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=acquired_at,json=acquiredAt,proto3" json:"acquired_at,omitempty"`
+	RequestedAt *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=requested_at,json=requestedAt,proto3" json:"requested_at,omitempty"`
+	// A shared request's semaphore size (LockRequest.max_holders; 0:
+	// unlimited).
+	MaxHolders    uint32 `protobuf:"varint,10,opt,name=max_holders,json=maxHolders,proto3" json:"max_holders,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2382,6 +2543,897 @@ func (x *LockInfo) GetRequestedAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *LockInfo) GetMaxHolders() uint32 {
+	if x != nil {
+		return x.MaxHolders
+	}
+	return 0
+}
+
+// Record is the data a name carries (SPEC §12).
+type Record struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Value []byte                 `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	// The token of the grant that wrote it.
+	Token uint64 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
+	// The leader's time and the log index of the write.
+	WrittenAt     *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=written_at,json=writtenAt,proto3" json:"written_at,omitempty"`
+	Index         uint64                 `protobuf:"varint,5,opt,name=index,proto3" json:"index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Record) Reset() {
+	*x = Record{}
+	mi := &file_lockcluster_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Record) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Record) ProtoMessage() {}
+
+func (x *Record) ProtoReflect() protoreflect.Message {
+	mi := &file_lockcluster_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Record.ProtoReflect.Descriptor instead.
+func (*Record) Descriptor() ([]byte, []int) {
+	return file_lockcluster_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *Record) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Record) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+func (x *Record) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+func (x *Record) GetWrittenAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.WrittenAt
+	}
+	return nil
+}
+
+func (x *Record) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+type SetRecordRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	SessionId uint64                 `protobuf:"varint,2,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// The request whose grant holds the name, and that grant's token.
+	RequestId uint64 `protobuf:"varint,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	Token     uint64 `protobuf:"varint,4,opt,name=token,proto3" json:"token,omitempty"`
+	// A name of the held request's scope.
+	Name  string `protobuf:"bytes,5,opt,name=name,proto3" json:"name,omitempty"`
+	Value []byte `protobuf:"bytes,6,opt,name=value,proto3" json:"value,omitempty"`
+	// Delete the record instead of writing value.
+	Delete bool `protobuf:"varint,7,opt,name=delete,proto3" json:"delete,omitempty"`
+	// Release the lock in the same entry (release with record).
+	Release  bool   `protobuf:"varint,8,opt,name=release,proto3" json:"release,omitempty"`
+	AckBelow uint64 `protobuf:"varint,9,opt,name=ack_below,json=ackBelow,proto3" json:"ack_below,omitempty"`
+	// The session's secret (OpenSessionResponse.secret).
+	SessionSecret []byte `protobuf:"bytes,10,opt,name=session_secret,json=sessionSecret,proto3" json:"session_secret,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetRecordRequest) Reset() {
+	*x = SetRecordRequest{}
+	mi := &file_lockcluster_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetRecordRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetRecordRequest) ProtoMessage() {}
+
+func (x *SetRecordRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lockcluster_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetRecordRequest.ProtoReflect.Descriptor instead.
+func (*SetRecordRequest) Descriptor() ([]byte, []int) {
+	return file_lockcluster_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *SetRecordRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *SetRecordRequest) GetSessionId() uint64 {
+	if x != nil {
+		return x.SessionId
+	}
+	return 0
+}
+
+func (x *SetRecordRequest) GetRequestId() uint64 {
+	if x != nil {
+		return x.RequestId
+	}
+	return 0
+}
+
+func (x *SetRecordRequest) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+func (x *SetRecordRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *SetRecordRequest) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+func (x *SetRecordRequest) GetDelete() bool {
+	if x != nil {
+		return x.Delete
+	}
+	return false
+}
+
+func (x *SetRecordRequest) GetRelease() bool {
+	if x != nil {
+		return x.Release
+	}
+	return false
+}
+
+func (x *SetRecordRequest) GetAckBelow() uint64 {
+	if x != nil {
+		return x.AckBelow
+	}
+	return 0
+}
+
+func (x *SetRecordRequest) GetSessionSecret() []byte {
+	if x != nil {
+		return x.SessionSecret
+	}
+	return nil
+}
+
+type SetRecordResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The record as written; absent after a delete.
+	Record *Record `protobuf:"bytes,1,opt,name=record,proto3" json:"record,omitempty"`
+	// RELEASED when release was set, GRANTED otherwise (the lock is still
+	// held).
+	Status Status `protobuf:"varint,2,opt,name=status,proto3,enum=lockcluster.v1.Status" json:"status,omitempty"`
+	// A retried release with record that was already applied: nothing
+	// changed.
+	Duplicate     bool   `protobuf:"varint,3,opt,name=duplicate,proto3" json:"duplicate,omitempty"`
+	Index         uint64 `protobuf:"varint,4,opt,name=index,proto3" json:"index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetRecordResponse) Reset() {
+	*x = SetRecordResponse{}
+	mi := &file_lockcluster_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetRecordResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetRecordResponse) ProtoMessage() {}
+
+func (x *SetRecordResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lockcluster_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetRecordResponse.ProtoReflect.Descriptor instead.
+func (*SetRecordResponse) Descriptor() ([]byte, []int) {
+	return file_lockcluster_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *SetRecordResponse) GetRecord() *Record {
+	if x != nil {
+		return x.Record
+	}
+	return nil
+}
+
+func (x *SetRecordResponse) GetStatus() Status {
+	if x != nil {
+		return x.Status
+	}
+	return Status_STATUS_UNSPECIFIED
+}
+
+func (x *SetRecordResponse) GetDuplicate() bool {
+	if x != nil {
+		return x.Duplicate
+	}
+	return false
+}
+
+func (x *SetRecordResponse) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+type GetRecordRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetRecordRequest) Reset() {
+	*x = GetRecordRequest{}
+	mi := &file_lockcluster_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetRecordRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetRecordRequest) ProtoMessage() {}
+
+func (x *GetRecordRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lockcluster_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetRecordRequest.ProtoReflect.Descriptor instead.
+func (*GetRecordRequest) Descriptor() ([]byte, []int) {
+	return file_lockcluster_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *GetRecordRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *GetRecordRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type GetRecordResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Absent: the name has no record.
+	Record *Record `protobuf:"bytes,1,opt,name=record,proto3" json:"record,omitempty"`
+	// The applied index the read was made at.
+	Index         uint64 `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetRecordResponse) Reset() {
+	*x = GetRecordResponse{}
+	mi := &file_lockcluster_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetRecordResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetRecordResponse) ProtoMessage() {}
+
+func (x *GetRecordResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lockcluster_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetRecordResponse.ProtoReflect.Descriptor instead.
+func (*GetRecordResponse) Descriptor() ([]byte, []int) {
+	return file_lockcluster_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *GetRecordResponse) GetRecord() *Record {
+	if x != nil {
+		return x.Record
+	}
+	return nil
+}
+
+func (x *GetRecordResponse) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+type WatchRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// The selection: every name (neither set), the names that start with
+	// prefix, or the names listed.
+	Prefix string   `protobuf:"bytes,2,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	Names  []string `protobuf:"bytes,3,rep,name=names,proto3" json:"names,omitempty"`
+	// Resume: every change after from_index, no snapshot (0: start with a
+	// snapshot).
+	FromIndex uint64 `protobuf:"varint,4,opt,name=from_index,json=fromIndex,proto3" json:"from_index,omitempty"`
+	// The highest index the client has seen: the node waits until it has
+	// applied it (as Attach.min_index).
+	MinIndex      uint64 `protobuf:"varint,5,opt,name=min_index,json=minIndex,proto3" json:"min_index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchRequest) Reset() {
+	*x = WatchRequest{}
+	mi := &file_lockcluster_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchRequest) ProtoMessage() {}
+
+func (x *WatchRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lockcluster_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
+func (*WatchRequest) Descriptor() ([]byte, []int) {
+	return file_lockcluster_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *WatchRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *WatchRequest) GetPrefix() string {
+	if x != nil {
+		return x.Prefix
+	}
+	return ""
+}
+
+func (x *WatchRequest) GetNames() []string {
+	if x != nil {
+		return x.Names
+	}
+	return nil
+}
+
+func (x *WatchRequest) GetFromIndex() uint64 {
+	if x != nil {
+		return x.FromIndex
+	}
+	return 0
+}
+
+func (x *WatchRequest) GetMinIndex() uint64 {
+	if x != nil {
+		return x.MinIndex
+	}
+	return 0
+}
+
+type WatchResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Kind:
+	//
+	//	*WatchResponse_Snapshot
+	//	*WatchResponse_Changes
+	//	*WatchResponse_Progress
+	Kind          isWatchResponse_Kind `protobuf_oneof:"kind"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchResponse) Reset() {
+	*x = WatchResponse{}
+	mi := &file_lockcluster_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchResponse) ProtoMessage() {}
+
+func (x *WatchResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lockcluster_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
+func (*WatchResponse) Descriptor() ([]byte, []int) {
+	return file_lockcluster_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *WatchResponse) GetKind() isWatchResponse_Kind {
+	if x != nil {
+		return x.Kind
+	}
+	return nil
+}
+
+func (x *WatchResponse) GetSnapshot() *WatchSnapshot {
+	if x != nil {
+		if x, ok := x.Kind.(*WatchResponse_Snapshot); ok {
+			return x.Snapshot
+		}
+	}
+	return nil
+}
+
+func (x *WatchResponse) GetChanges() *WatchChanges {
+	if x != nil {
+		if x, ok := x.Kind.(*WatchResponse_Changes); ok {
+			return x.Changes
+		}
+	}
+	return nil
+}
+
+func (x *WatchResponse) GetProgress() *WatchProgress {
+	if x != nil {
+		if x, ok := x.Kind.(*WatchResponse_Progress); ok {
+			return x.Progress
+		}
+	}
+	return nil
+}
+
+type isWatchResponse_Kind interface {
+	isWatchResponse_Kind()
+}
+
+type WatchResponse_Snapshot struct {
+	Snapshot *WatchSnapshot `protobuf:"bytes,1,opt,name=snapshot,proto3,oneof"`
+}
+
+type WatchResponse_Changes struct {
+	Changes *WatchChanges `protobuf:"bytes,2,opt,name=changes,proto3,oneof"`
+}
+
+type WatchResponse_Progress struct {
+	Progress *WatchProgress `protobuf:"bytes,3,opt,name=progress,proto3,oneof"`
+}
+
+func (*WatchResponse_Snapshot) isWatchResponse_Kind() {}
+
+func (*WatchResponse_Changes) isWatchResponse_Kind() {}
+
+func (*WatchResponse_Progress) isWatchResponse_Kind() {}
+
+// WatchSnapshot is the selection's state at index, as Query (held and
+// pending locks), with every record of the selection. A large snapshot
+// comes in pieces, every one but the last with more set; changes follow
+// the last.
+type WatchSnapshot struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Index         uint64                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	Held          []*LockInfo            `protobuf:"bytes,2,rep,name=held,proto3" json:"held,omitempty"`
+	Pending       []*LockInfo            `protobuf:"bytes,3,rep,name=pending,proto3" json:"pending,omitempty"`
+	Records       []*Record              `protobuf:"bytes,4,rep,name=records,proto3" json:"records,omitempty"`
+	More          bool                   `protobuf:"varint,5,opt,name=more,proto3" json:"more,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchSnapshot) Reset() {
+	*x = WatchSnapshot{}
+	mi := &file_lockcluster_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchSnapshot) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchSnapshot) ProtoMessage() {}
+
+func (x *WatchSnapshot) ProtoReflect() protoreflect.Message {
+	mi := &file_lockcluster_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchSnapshot.ProtoReflect.Descriptor instead.
+func (*WatchSnapshot) Descriptor() ([]byte, []int) {
+	return file_lockcluster_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *WatchSnapshot) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *WatchSnapshot) GetHeld() []*LockInfo {
+	if x != nil {
+		return x.Held
+	}
+	return nil
+}
+
+func (x *WatchSnapshot) GetPending() []*LockInfo {
+	if x != nil {
+		return x.Pending
+	}
+	return nil
+}
+
+func (x *WatchSnapshot) GetRecords() []*Record {
+	if x != nil {
+		return x.Records
+	}
+	return nil
+}
+
+func (x *WatchSnapshot) GetMore() bool {
+	if x != nil {
+		return x.More
+	}
+	return false
+}
+
+// WatchChanges are the changes one log entry made to the selection.
+type WatchChanges struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Index uint64                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	// The leader's time in the entry.
+	Time          *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=time,proto3" json:"time,omitempty"`
+	Changes       []*Change              `protobuf:"bytes,3,rep,name=changes,proto3" json:"changes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchChanges) Reset() {
+	*x = WatchChanges{}
+	mi := &file_lockcluster_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchChanges) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchChanges) ProtoMessage() {}
+
+func (x *WatchChanges) ProtoReflect() protoreflect.Message {
+	mi := &file_lockcluster_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchChanges.ProtoReflect.Descriptor instead.
+func (*WatchChanges) Descriptor() ([]byte, []int) {
+	return file_lockcluster_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *WatchChanges) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *WatchChanges) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
+func (x *WatchChanges) GetChanges() []*Change {
+	if x != nil {
+		return x.Changes
+	}
+	return nil
+}
+
+// WatchProgress: the node has applied index; no change of the selection
+// after the last one sent is at or below it.
+type WatchProgress struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Index         uint64                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchProgress) Reset() {
+	*x = WatchProgress{}
+	mi := &file_lockcluster_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchProgress) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchProgress) ProtoMessage() {}
+
+func (x *WatchProgress) ProtoReflect() protoreflect.Message {
+	mi := &file_lockcluster_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchProgress.ProtoReflect.Descriptor instead.
+func (*WatchProgress) Descriptor() ([]byte, []int) {
+	return file_lockcluster_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *WatchProgress) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+// Change is one change to a namespace. Names is the request's whole scope
+// (a change matches a selection when one of its names does); a change
+// without names (SESSION_ENDED) goes to watches of every name only.
+type Change struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Kind      Change_Kind            `protobuf:"varint,1,opt,name=kind,proto3,enum=lockcluster.v1.Change_Kind" json:"kind,omitempty"`
+	Names     []string               `protobuf:"bytes,2,rep,name=names,proto3" json:"names,omitempty"`
+	Mode      Mode                   `protobuf:"varint,3,opt,name=mode,proto3,enum=lockcluster.v1.Mode" json:"mode,omitempty"`
+	SessionId uint64                 `protobuf:"varint,4,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	RequestId uint64                 `protobuf:"varint,5,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	ClientId  string                 `protobuf:"bytes,6,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	Label     string                 `protobuf:"bytes,7,opt,name=label,proto3" json:"label,omitempty"`
+	Token     uint64                 `protobuf:"varint,8,opt,name=token,proto3" json:"token,omitempty"`
+	Cause     Cause                  `protobuf:"varint,9,opt,name=cause,proto3,enum=lockcluster.v1.Cause" json:"cause,omitempty"`
+	Reason    string                 `protobuf:"bytes,10,opt,name=reason,proto3" json:"reason,omitempty"`
+	// RECORD_SET: the record written (its name is the one written).
+	// RECORD_DELETED: the name and token only.
+	Record        *Record `protobuf:"bytes,11,opt,name=record,proto3" json:"record,omitempty"`
+	MaxHolders    uint32  `protobuf:"varint,12,opt,name=max_holders,json=maxHolders,proto3" json:"max_holders,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Change) Reset() {
+	*x = Change{}
+	mi := &file_lockcluster_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Change) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Change) ProtoMessage() {}
+
+func (x *Change) ProtoReflect() protoreflect.Message {
+	mi := &file_lockcluster_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Change.ProtoReflect.Descriptor instead.
+func (*Change) Descriptor() ([]byte, []int) {
+	return file_lockcluster_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *Change) GetKind() Change_Kind {
+	if x != nil {
+		return x.Kind
+	}
+	return Change_KIND_UNSPECIFIED
+}
+
+func (x *Change) GetNames() []string {
+	if x != nil {
+		return x.Names
+	}
+	return nil
+}
+
+func (x *Change) GetMode() Mode {
+	if x != nil {
+		return x.Mode
+	}
+	return Mode_MODE_EXCLUSIVE
+}
+
+func (x *Change) GetSessionId() uint64 {
+	if x != nil {
+		return x.SessionId
+	}
+	return 0
+}
+
+func (x *Change) GetRequestId() uint64 {
+	if x != nil {
+		return x.RequestId
+	}
+	return 0
+}
+
+func (x *Change) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
+func (x *Change) GetLabel() string {
+	if x != nil {
+		return x.Label
+	}
+	return ""
+}
+
+func (x *Change) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+func (x *Change) GetCause() Cause {
+	if x != nil {
+		return x.Cause
+	}
+	return Cause_CAUSE_UNSPECIFIED
+}
+
+func (x *Change) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *Change) GetRecord() *Record {
+	if x != nil {
+		return x.Record
+	}
+	return nil
+}
+
+func (x *Change) GetMaxHolders() uint32 {
+	if x != nil {
+		return x.MaxHolders
+	}
+	return 0
+}
+
 type StatusRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Set by the leader's probes (a member's call, with the cluster secret):
@@ -2395,7 +3447,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_lockcluster_proto_msgTypes[24]
+	mi := &file_lockcluster_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2407,7 +3459,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockcluster_proto_msgTypes[24]
+	mi := &file_lockcluster_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2420,7 +3472,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_lockcluster_proto_rawDescGZIP(), []int{24}
+	return file_lockcluster_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *StatusRequest) GetNoPromote() []string {
@@ -2466,7 +3518,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_lockcluster_proto_msgTypes[25]
+	mi := &file_lockcluster_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2478,7 +3530,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockcluster_proto_msgTypes[25]
+	mi := &file_lockcluster_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2491,7 +3543,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_lockcluster_proto_rawDescGZIP(), []int{25}
+	return file_lockcluster_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *StatusResponse) GetNodeId() string {
@@ -2614,7 +3666,7 @@ type MembersRequest struct {
 
 func (x *MembersRequest) Reset() {
 	*x = MembersRequest{}
-	mi := &file_lockcluster_proto_msgTypes[26]
+	mi := &file_lockcluster_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2626,7 +3678,7 @@ func (x *MembersRequest) String() string {
 func (*MembersRequest) ProtoMessage() {}
 
 func (x *MembersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockcluster_proto_msgTypes[26]
+	mi := &file_lockcluster_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2639,7 +3691,7 @@ func (x *MembersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersRequest.ProtoReflect.Descriptor instead.
 func (*MembersRequest) Descriptor() ([]byte, []int) {
-	return file_lockcluster_proto_rawDescGZIP(), []int{26}
+	return file_lockcluster_proto_rawDescGZIP(), []int{37}
 }
 
 type Member struct {
@@ -2684,7 +3736,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_lockcluster_proto_msgTypes[27]
+	mi := &file_lockcluster_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2696,7 +3748,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_lockcluster_proto_msgTypes[27]
+	mi := &file_lockcluster_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2709,7 +3761,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_lockcluster_proto_rawDescGZIP(), []int{27}
+	return file_lockcluster_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *Member) GetId() string {
@@ -2833,7 +3885,7 @@ type MembersResponse struct {
 
 func (x *MembersResponse) Reset() {
 	*x = MembersResponse{}
-	mi := &file_lockcluster_proto_msgTypes[28]
+	mi := &file_lockcluster_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2845,7 +3897,7 @@ func (x *MembersResponse) String() string {
 func (*MembersResponse) ProtoMessage() {}
 
 func (x *MembersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockcluster_proto_msgTypes[28]
+	mi := &file_lockcluster_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2858,7 +3910,7 @@ func (x *MembersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersResponse.ProtoReflect.Descriptor instead.
 func (*MembersResponse) Descriptor() ([]byte, []int) {
-	return file_lockcluster_proto_rawDescGZIP(), []int{28}
+	return file_lockcluster_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *MembersResponse) GetMembers() []*Member {
@@ -2893,7 +3945,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_lockcluster_proto_msgTypes[29]
+	mi := &file_lockcluster_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2905,7 +3957,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockcluster_proto_msgTypes[29]
+	mi := &file_lockcluster_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2918,7 +3970,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_lockcluster_proto_rawDescGZIP(), []int{29}
+	return file_lockcluster_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *JoinRequest) GetId() string {
@@ -2987,7 +4039,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_lockcluster_proto_msgTypes[30]
+	mi := &file_lockcluster_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2999,7 +4051,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockcluster_proto_msgTypes[30]
+	mi := &file_lockcluster_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3012,7 +4064,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_lockcluster_proto_rawDescGZIP(), []int{30}
+	return file_lockcluster_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *JoinResponse) GetVoters() uint32 {
@@ -3045,7 +4097,7 @@ type LeaveRequest struct {
 
 func (x *LeaveRequest) Reset() {
 	*x = LeaveRequest{}
-	mi := &file_lockcluster_proto_msgTypes[31]
+	mi := &file_lockcluster_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3057,7 +4109,7 @@ func (x *LeaveRequest) String() string {
 func (*LeaveRequest) ProtoMessage() {}
 
 func (x *LeaveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockcluster_proto_msgTypes[31]
+	mi := &file_lockcluster_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3070,7 +4122,7 @@ func (x *LeaveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaveRequest.ProtoReflect.Descriptor instead.
 func (*LeaveRequest) Descriptor() ([]byte, []int) {
-	return file_lockcluster_proto_rawDescGZIP(), []int{31}
+	return file_lockcluster_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *LeaveRequest) GetId() string {
@@ -3088,7 +4140,7 @@ type LeaveResponse struct {
 
 func (x *LeaveResponse) Reset() {
 	*x = LeaveResponse{}
-	mi := &file_lockcluster_proto_msgTypes[32]
+	mi := &file_lockcluster_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3100,7 +4152,7 @@ func (x *LeaveResponse) String() string {
 func (*LeaveResponse) ProtoMessage() {}
 
 func (x *LeaveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockcluster_proto_msgTypes[32]
+	mi := &file_lockcluster_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3113,7 +4165,7 @@ func (x *LeaveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaveResponse.ProtoReflect.Descriptor instead.
 func (*LeaveResponse) Descriptor() ([]byte, []int) {
-	return file_lockcluster_proto_rawDescGZIP(), []int{32}
+	return file_lockcluster_proto_rawDescGZIP(), []int{43}
 }
 
 type PromoteRequest struct {
@@ -3127,7 +4179,7 @@ type PromoteRequest struct {
 
 func (x *PromoteRequest) Reset() {
 	*x = PromoteRequest{}
-	mi := &file_lockcluster_proto_msgTypes[33]
+	mi := &file_lockcluster_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3139,7 +4191,7 @@ func (x *PromoteRequest) String() string {
 func (*PromoteRequest) ProtoMessage() {}
 
 func (x *PromoteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockcluster_proto_msgTypes[33]
+	mi := &file_lockcluster_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3152,7 +4204,7 @@ func (x *PromoteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromoteRequest.ProtoReflect.Descriptor instead.
 func (*PromoteRequest) Descriptor() ([]byte, []int) {
-	return file_lockcluster_proto_rawDescGZIP(), []int{33}
+	return file_lockcluster_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *PromoteRequest) GetId() string {
@@ -3183,7 +4235,7 @@ type PromoteResponse struct {
 
 func (x *PromoteResponse) Reset() {
 	*x = PromoteResponse{}
-	mi := &file_lockcluster_proto_msgTypes[34]
+	mi := &file_lockcluster_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3195,7 +4247,7 @@ func (x *PromoteResponse) String() string {
 func (*PromoteResponse) ProtoMessage() {}
 
 func (x *PromoteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockcluster_proto_msgTypes[34]
+	mi := &file_lockcluster_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3208,7 +4260,7 @@ func (x *PromoteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromoteResponse.ProtoReflect.Descriptor instead.
 func (*PromoteResponse) Descriptor() ([]byte, []int) {
-	return file_lockcluster_proto_rawDescGZIP(), []int{34}
+	return file_lockcluster_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *PromoteResponse) GetVoters() uint32 {
@@ -3241,7 +4293,7 @@ type TouchRequest struct {
 
 func (x *TouchRequest) Reset() {
 	*x = TouchRequest{}
-	mi := &file_lockcluster_proto_msgTypes[35]
+	mi := &file_lockcluster_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3253,7 +4305,7 @@ func (x *TouchRequest) String() string {
 func (*TouchRequest) ProtoMessage() {}
 
 func (x *TouchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockcluster_proto_msgTypes[35]
+	mi := &file_lockcluster_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3266,7 +4318,7 @@ func (x *TouchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TouchRequest.ProtoReflect.Descriptor instead.
 func (*TouchRequest) Descriptor() ([]byte, []int) {
-	return file_lockcluster_proto_rawDescGZIP(), []int{35}
+	return file_lockcluster_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *TouchRequest) GetSessionIds() []uint64 {
@@ -3286,7 +4338,7 @@ type TouchResponse struct {
 
 func (x *TouchResponse) Reset() {
 	*x = TouchResponse{}
-	mi := &file_lockcluster_proto_msgTypes[36]
+	mi := &file_lockcluster_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3298,7 +4350,7 @@ func (x *TouchResponse) String() string {
 func (*TouchResponse) ProtoMessage() {}
 
 func (x *TouchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockcluster_proto_msgTypes[36]
+	mi := &file_lockcluster_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3311,7 +4363,7 @@ func (x *TouchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TouchResponse.ProtoReflect.Descriptor instead.
 func (*TouchResponse) Descriptor() ([]byte, []int) {
-	return file_lockcluster_proto_rawDescGZIP(), []int{36}
+	return file_lockcluster_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *TouchResponse) GetUnknown() []uint64 {
@@ -3329,7 +4381,7 @@ type SaveSnapshotRequest struct {
 
 func (x *SaveSnapshotRequest) Reset() {
 	*x = SaveSnapshotRequest{}
-	mi := &file_lockcluster_proto_msgTypes[37]
+	mi := &file_lockcluster_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3341,7 +4393,7 @@ func (x *SaveSnapshotRequest) String() string {
 func (*SaveSnapshotRequest) ProtoMessage() {}
 
 func (x *SaveSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockcluster_proto_msgTypes[37]
+	mi := &file_lockcluster_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3354,7 +4406,7 @@ func (x *SaveSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SaveSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*SaveSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_lockcluster_proto_rawDescGZIP(), []int{37}
+	return file_lockcluster_proto_rawDescGZIP(), []int{48}
 }
 
 // SnapshotHeader describes the snapshot that follows it.
@@ -3379,7 +4431,7 @@ type SnapshotHeader struct {
 
 func (x *SnapshotHeader) Reset() {
 	*x = SnapshotHeader{}
-	mi := &file_lockcluster_proto_msgTypes[38]
+	mi := &file_lockcluster_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3391,7 +4443,7 @@ func (x *SnapshotHeader) String() string {
 func (*SnapshotHeader) ProtoMessage() {}
 
 func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_lockcluster_proto_msgTypes[38]
+	mi := &file_lockcluster_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3404,7 +4456,7 @@ func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotHeader.ProtoReflect.Descriptor instead.
 func (*SnapshotHeader) Descriptor() ([]byte, []int) {
-	return file_lockcluster_proto_rawDescGZIP(), []int{38}
+	return file_lockcluster_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *SnapshotHeader) GetIndex() uint64 {
@@ -3468,7 +4520,7 @@ type SnapshotChunk struct {
 
 func (x *SnapshotChunk) Reset() {
 	*x = SnapshotChunk{}
-	mi := &file_lockcluster_proto_msgTypes[39]
+	mi := &file_lockcluster_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3480,7 +4532,7 @@ func (x *SnapshotChunk) String() string {
 func (*SnapshotChunk) ProtoMessage() {}
 
 func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_lockcluster_proto_msgTypes[39]
+	mi := &file_lockcluster_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3493,7 +4545,7 @@ func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
 func (*SnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_lockcluster_proto_rawDescGZIP(), []int{39}
+	return file_lockcluster_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *SnapshotChunk) GetHeader() *SnapshotHeader {
@@ -3537,20 +4589,24 @@ const file_lockcluster_proto_rawDesc = "" +
 	"\x06attach\x18\x01 \x01(\v2\x16.lockcluster.v1.AttachH\x00R\x06attach\x129\n" +
 	"\theartbeat\x18\x02 \x01(\v2\x19.lockcluster.v1.HeartbeatH\x00R\theartbeat\x120\n" +
 	"\x04call\x18\x03 \x01(\v2\x1a.lockcluster.v1.StreamCallH\x00R\x04callB\x06\n" +
-	"\x04kind\"\xcf\x01\n" +
+	"\x04kind\"\x92\x02\n" +
 	"\n" +
 	"StreamCall\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x127\n" +
 	"\arequest\x18\x02 \x01(\v2\x1b.lockcluster.v1.LockRequestH\x00R\arequest\x12:\n" +
 	"\arelease\x18\x03 \x01(\v2\x1e.lockcluster.v1.ReleaseRequestH\x00R\arelease\x124\n" +
-	"\x05abort\x18\x04 \x01(\v2\x1c.lockcluster.v1.AbortRequestH\x00R\x05abortB\x06\n" +
-	"\x04call\"\x85\x02\n" +
+	"\x05abort\x18\x04 \x01(\v2\x1c.lockcluster.v1.AbortRequestH\x00R\x05abort\x12A\n" +
+	"\n" +
+	"set_record\x18\x05 \x01(\v2 .lockcluster.v1.SetRecordRequestH\x00R\tsetRecordB\x06\n" +
+	"\x04call\"\xc9\x02\n" +
 	"\tCallReply\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x128\n" +
 	"\arequest\x18\x02 \x01(\v2\x1c.lockcluster.v1.LockResponseH\x00R\arequest\x12;\n" +
 	"\arelease\x18\x03 \x01(\v2\x1f.lockcluster.v1.ReleaseResponseH\x00R\arelease\x125\n" +
 	"\x05abort\x18\x04 \x01(\v2\x1d.lockcluster.v1.AbortResponseH\x00R\x05abort\x121\n" +
-	"\x05error\x18\x05 \x01(\v2\x19.lockcluster.v1.CallErrorH\x00R\x05errorB\a\n" +
+	"\x05error\x18\x05 \x01(\v2\x19.lockcluster.v1.CallErrorH\x00R\x05error\x12B\n" +
+	"\n" +
+	"set_record\x18\x06 \x01(\v2!.lockcluster.v1.SetRecordResponseH\x00R\tsetRecordB\a\n" +
 	"\x05reply\"\xf0\x01\n" +
 	"\tCallError\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\x05R\x04code\x12\x18\n" +
@@ -3594,7 +4650,7 @@ const file_lockcluster_proto_rawDesc = "" +
 	"\x05cause\x18\a \x01(\x0e2\x15.lockcluster.v1.CauseR\x05cause\x12\x16\n" +
 	"\x06reason\x18\b \x01(\tR\x06reason\"\x1e\n" +
 	"\fHeartbeatAck\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\x04R\x02id\"\xc3\x03\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\"\xf5\x03\n" +
 	"\x05Event\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x14\n" +
 	"\x05index\x18\x02 \x01(\x04R\x05index\x12.\n" +
@@ -3608,14 +4664,15 @@ const file_lockcluster_proto_rawDesc = "" +
 	"acquiredAt\x12+\n" +
 	"\x05cause\x18\t \x01(\x0e2\x15.lockcluster.v1.CauseR\x05cause\x12\x16\n" +
 	"\x06reason\x18\n" +
-	" \x01(\tR\x06reason\"k\n" +
+	" \x01(\tR\x06reason\x120\n" +
+	"\arecords\x18\v \x03(\v2\x16.lockcluster.v1.RecordR\arecords\"k\n" +
 	"\x04Kind\x12\x14\n" +
 	"\x10KIND_UNSPECIFIED\x10\x00\x12\v\n" +
 	"\aGRANTED\x10\x01\x12\x11\n" +
 	"\rNOT_AVAILABLE\x10\x02\x12\v\n" +
 	"\aABORTED\x10\x03\x12\r\n" +
 	"\tLOCK_LOST\x10\x04\x12\x11\n" +
-	"\rSESSION_ENDED\x10\x05\"\xbe\x02\n" +
+	"\rSESSION_ENDED\x10\x05\"\xdf\x02\n" +
 	"\vLockRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1d\n" +
 	"\n" +
@@ -3629,7 +4686,9 @@ const file_lockcluster_proto_rawDesc = "" +
 	"\x06signal\x18\b \x01(\bR\x06signal\x12\x1b\n" +
 	"\tack_below\x18\t \x01(\x04R\backBelow\x12%\n" +
 	"\x0esession_secret\x18\n" +
-	" \x01(\fR\rsessionSecret\"\x8a\x02\n" +
+	" \x01(\fR\rsessionSecret\x12\x1f\n" +
+	"\vmax_holders\x18\v \x01(\rR\n" +
+	"maxHolders\"\xbc\x02\n" +
 	"\fLockResponse\x12.\n" +
 	"\x06status\x18\x01 \x01(\x0e2\x16.lockcluster.v1.StatusR\x06status\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x04R\x05token\x12;\n" +
@@ -3638,7 +4697,8 @@ const file_lockcluster_proto_rawDesc = "" +
 	"\tduplicate\x18\x04 \x01(\bR\tduplicate\x12\x14\n" +
 	"\x05index\x18\x05 \x01(\x04R\x05index\x12+\n" +
 	"\x05cause\x18\x06 \x01(\x0e2\x15.lockcluster.v1.CauseR\x05cause\x12\x16\n" +
-	"\x06reason\x18\a \x01(\tR\x06reason\"\xc6\x01\n" +
+	"\x06reason\x18\a \x01(\tR\x06reason\x120\n" +
+	"\arecords\x18\b \x03(\v2\x16.lockcluster.v1.RecordR\arecords\"\xc6\x01\n" +
 	"\x0eReleaseRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1d\n" +
 	"\n" +
@@ -3670,11 +4730,12 @@ const file_lockcluster_proto_rawDesc = "" +
 	"\tduplicate\x18\x05 \x01(\bR\tduplicate\x12\x14\n" +
 	"\x05index\x18\x06 \x01(\x04R\x05index\",\n" +
 	"\fQueryRequest\x12\x1c\n" +
-	"\tnamespace\x18\x01 \x01(\tR\tnamespace\"\x87\x01\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\"\xb9\x01\n" +
 	"\rQueryResponse\x12,\n" +
 	"\x04held\x18\x01 \x03(\v2\x18.lockcluster.v1.LockInfoR\x04held\x122\n" +
 	"\apending\x18\x02 \x03(\v2\x18.lockcluster.v1.LockInfoR\apending\x12\x14\n" +
-	"\x05index\x18\x03 \x01(\x04R\x05index\"\xcb\x02\n" +
+	"\x05index\x18\x03 \x01(\x04R\x05index\x120\n" +
+	"\arecords\x18\x04 \x03(\v2\x16.lockcluster.v1.RecordR\arecords\"\xec\x02\n" +
 	"\bLockInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12(\n" +
 	"\x04mode\x18\x02 \x01(\x0e2\x14.lockcluster.v1.ModeR\x04mode\x12\x1b\n" +
@@ -3687,7 +4748,96 @@ const file_lockcluster_proto_rawDesc = "" +
 	"\x05token\x18\a \x01(\x04R\x05token\x12;\n" +
 	"\vacquired_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"acquiredAt\x12=\n" +
-	"\frequested_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\vrequestedAt\".\n" +
+	"\frequested_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\vrequestedAt\x12\x1f\n" +
+	"\vmax_holders\x18\n" +
+	" \x01(\rR\n" +
+	"maxHolders\"\x99\x01\n" +
+	"\x06Record\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\fR\x05value\x12\x14\n" +
+	"\x05token\x18\x03 \x01(\x04R\x05token\x129\n" +
+	"\n" +
+	"written_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\twrittenAt\x12\x14\n" +
+	"\x05index\x18\x05 \x01(\x04R\x05index\"\xa4\x02\n" +
+	"\x10SetRecordRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x02 \x01(\x04R\tsessionId\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x03 \x01(\x04R\trequestId\x12\x14\n" +
+	"\x05token\x18\x04 \x01(\x04R\x05token\x12\x12\n" +
+	"\x04name\x18\x05 \x01(\tR\x04name\x12\x14\n" +
+	"\x05value\x18\x06 \x01(\fR\x05value\x12\x16\n" +
+	"\x06delete\x18\a \x01(\bR\x06delete\x12\x18\n" +
+	"\arelease\x18\b \x01(\bR\arelease\x12\x1b\n" +
+	"\tack_below\x18\t \x01(\x04R\backBelow\x12%\n" +
+	"\x0esession_secret\x18\n" +
+	" \x01(\fR\rsessionSecret\"\xa7\x01\n" +
+	"\x11SetRecordResponse\x12.\n" +
+	"\x06record\x18\x01 \x01(\v2\x16.lockcluster.v1.RecordR\x06record\x12.\n" +
+	"\x06status\x18\x02 \x01(\x0e2\x16.lockcluster.v1.StatusR\x06status\x12\x1c\n" +
+	"\tduplicate\x18\x03 \x01(\bR\tduplicate\x12\x14\n" +
+	"\x05index\x18\x04 \x01(\x04R\x05index\"D\n" +
+	"\x10GetRecordRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\"Y\n" +
+	"\x11GetRecordResponse\x12.\n" +
+	"\x06record\x18\x01 \x01(\v2\x16.lockcluster.v1.RecordR\x06record\x12\x14\n" +
+	"\x05index\x18\x02 \x01(\x04R\x05index\"\x96\x01\n" +
+	"\fWatchRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x16\n" +
+	"\x06prefix\x18\x02 \x01(\tR\x06prefix\x12\x14\n" +
+	"\x05names\x18\x03 \x03(\tR\x05names\x12\x1d\n" +
+	"\n" +
+	"from_index\x18\x04 \x01(\x04R\tfromIndex\x12\x1b\n" +
+	"\tmin_index\x18\x05 \x01(\x04R\bminIndex\"\xcb\x01\n" +
+	"\rWatchResponse\x12;\n" +
+	"\bsnapshot\x18\x01 \x01(\v2\x1d.lockcluster.v1.WatchSnapshotH\x00R\bsnapshot\x128\n" +
+	"\achanges\x18\x02 \x01(\v2\x1c.lockcluster.v1.WatchChangesH\x00R\achanges\x12;\n" +
+	"\bprogress\x18\x03 \x01(\v2\x1d.lockcluster.v1.WatchProgressH\x00R\bprogressB\x06\n" +
+	"\x04kind\"\xcd\x01\n" +
+	"\rWatchSnapshot\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\x04R\x05index\x12,\n" +
+	"\x04held\x18\x02 \x03(\v2\x18.lockcluster.v1.LockInfoR\x04held\x122\n" +
+	"\apending\x18\x03 \x03(\v2\x18.lockcluster.v1.LockInfoR\apending\x120\n" +
+	"\arecords\x18\x04 \x03(\v2\x16.lockcluster.v1.RecordR\arecords\x12\x12\n" +
+	"\x04more\x18\x05 \x01(\bR\x04more\"\x86\x01\n" +
+	"\fWatchChanges\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\x04R\x05index\x12.\n" +
+	"\x04time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x120\n" +
+	"\achanges\x18\x03 \x03(\v2\x16.lockcluster.v1.ChangeR\achanges\"%\n" +
+	"\rWatchProgress\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\x04R\x05index\"\xac\x04\n" +
+	"\x06Change\x12/\n" +
+	"\x04kind\x18\x01 \x01(\x0e2\x1b.lockcluster.v1.Change.KindR\x04kind\x12\x14\n" +
+	"\x05names\x18\x02 \x03(\tR\x05names\x12(\n" +
+	"\x04mode\x18\x03 \x01(\x0e2\x14.lockcluster.v1.ModeR\x04mode\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x04 \x01(\x04R\tsessionId\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x05 \x01(\x04R\trequestId\x12\x1b\n" +
+	"\tclient_id\x18\x06 \x01(\tR\bclientId\x12\x14\n" +
+	"\x05label\x18\a \x01(\tR\x05label\x12\x14\n" +
+	"\x05token\x18\b \x01(\x04R\x05token\x12+\n" +
+	"\x05cause\x18\t \x01(\x0e2\x15.lockcluster.v1.CauseR\x05cause\x12\x16\n" +
+	"\x06reason\x18\n" +
+	" \x01(\tR\x06reason\x12.\n" +
+	"\x06record\x18\v \x01(\v2\x16.lockcluster.v1.RecordR\x06record\x12\x1f\n" +
+	"\vmax_holders\x18\f \x01(\rR\n" +
+	"maxHolders\"\x93\x01\n" +
+	"\x04Kind\x12\x14\n" +
+	"\x10KIND_UNSPECIFIED\x10\x00\x12\v\n" +
+	"\aGRANTED\x10\x01\x12\n" +
+	"\n" +
+	"\x06QUEUED\x10\x02\x12\f\n" +
+	"\bRELEASED\x10\x03\x12\v\n" +
+	"\aABORTED\x10\x04\x12\n" +
+	"\n" +
+	"\x06STOLEN\x10\x05\x12\x11\n" +
+	"\rSESSION_ENDED\x10\x06\x12\x0e\n" +
+	"\n" +
+	"RECORD_SET\x10\a\x12\x12\n" +
+	"\x0eRECORD_DELETED\x10\b\".\n" +
 	"\rStatusRequest\x12\x1d\n" +
 	"\n" +
 	"no_promote\x18\x01 \x03(\tR\tnoPromote\"\xde\x03\n" +
@@ -3794,7 +4944,7 @@ const file_lockcluster_proto_rawDesc = "" +
 	"\rCAUSE_ABORTED\x10\x01\x12\x10\n" +
 	"\fCAUSE_STOLEN\x10\x02\x12\x18\n" +
 	"\x14CAUSE_SESSION_CLOSED\x10\x03\x12\x19\n" +
-	"\x15CAUSE_SESSION_EXPIRED\x10\x04*\x87\x02\n" +
+	"\x15CAUSE_SESSION_EXPIRED\x10\x04*\xa6\x02\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rNOT_SUPPORTED\x10\x01\x12\v\n" +
@@ -3813,7 +4963,10 @@ const file_lockcluster_proto_rawDesc = "" +
 	"\n" +
 	"NOT_MEMBER\x10\v\x12\r\n" +
 	"\tNOT_READY\x10\f\x12\x11\n" +
-	"\rCLUSTER_LEVEL\x10\r2\xec\x04\n" +
+	"\rCLUSTER_LEVEL\x10\r\x12\r\n" +
+	"\tCOMPACTED\x10\x0e\x12\x0e\n" +
+	"\n" +
+	"NOT_HOLDER\x10\x0f2\xd8\x06\n" +
 	"\x05Locks\x12V\n" +
 	"\vOpenSession\x12\".lockcluster.v1.OpenSessionRequest\x1a#.lockcluster.v1.OpenSessionResponse\x12Y\n" +
 	"\fCloseSession\x12#.lockcluster.v1.CloseSessionRequest\x1a$.lockcluster.v1.CloseSessionResponse\x12E\n" +
@@ -3823,7 +4976,10 @@ const file_lockcluster_proto_rawDesc = "" +
 	"\x05Abort\x12\x1c.lockcluster.v1.AbortRequest\x1a\x1d.lockcluster.v1.AbortResponse\x12D\n" +
 	"\x05Query\x12\x1c.lockcluster.v1.QueryRequest\x1a\x1d.lockcluster.v1.QueryResponse\x12K\n" +
 	"\n" +
-	"QueryPages\x12\x1c.lockcluster.v1.QueryRequest\x1a\x1d.lockcluster.v1.QueryResponse0\x012\x8f\x04\n" +
+	"QueryPages\x12\x1c.lockcluster.v1.QueryRequest\x1a\x1d.lockcluster.v1.QueryResponse0\x01\x12P\n" +
+	"\tSetRecord\x12 .lockcluster.v1.SetRecordRequest\x1a!.lockcluster.v1.SetRecordResponse\x12P\n" +
+	"\tGetRecord\x12 .lockcluster.v1.GetRecordRequest\x1a!.lockcluster.v1.GetRecordResponse\x12F\n" +
+	"\x05Watch\x12\x1c.lockcluster.v1.WatchRequest\x1a\x1d.lockcluster.v1.WatchResponse0\x012\x8f\x04\n" +
 	"\aCluster\x12G\n" +
 	"\x06Status\x12\x1d.lockcluster.v1.StatusRequest\x1a\x1e.lockcluster.v1.StatusResponse\x12J\n" +
 	"\aMembers\x12\x1e.lockcluster.v1.MembersRequest\x1a\x1f.lockcluster.v1.MembersResponse\x12A\n" +
@@ -3845,138 +5001,177 @@ func file_lockcluster_proto_rawDescGZIP() []byte {
 	return file_lockcluster_proto_rawDescData
 }
 
-var file_lockcluster_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_lockcluster_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
+var file_lockcluster_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
+var file_lockcluster_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
 var file_lockcluster_proto_goTypes = []any{
 	(Mode)(0),                     // 0: lockcluster.v1.Mode
 	(Status)(0),                   // 1: lockcluster.v1.Status
 	(Cause)(0),                    // 2: lockcluster.v1.Cause
 	(ErrorReason)(0),              // 3: lockcluster.v1.ErrorReason
 	(Event_Kind)(0),               // 4: lockcluster.v1.Event.Kind
-	(*OpenSessionRequest)(nil),    // 5: lockcluster.v1.OpenSessionRequest
-	(*OpenSessionResponse)(nil),   // 6: lockcluster.v1.OpenSessionResponse
-	(*CloseSessionRequest)(nil),   // 7: lockcluster.v1.CloseSessionRequest
-	(*CloseSessionResponse)(nil),  // 8: lockcluster.v1.CloseSessionResponse
-	(*SessionUp)(nil),             // 9: lockcluster.v1.SessionUp
-	(*StreamCall)(nil),            // 10: lockcluster.v1.StreamCall
-	(*CallReply)(nil),             // 11: lockcluster.v1.CallReply
-	(*CallError)(nil),             // 12: lockcluster.v1.CallError
-	(*Attach)(nil),                // 13: lockcluster.v1.Attach
-	(*Heartbeat)(nil),             // 14: lockcluster.v1.Heartbeat
-	(*SessionDown)(nil),           // 15: lockcluster.v1.SessionDown
-	(*Synced)(nil),                // 16: lockcluster.v1.Synced
-	(*RequestState)(nil),          // 17: lockcluster.v1.RequestState
-	(*HeartbeatAck)(nil),          // 18: lockcluster.v1.HeartbeatAck
-	(*Event)(nil),                 // 19: lockcluster.v1.Event
-	(*LockRequest)(nil),           // 20: lockcluster.v1.LockRequest
-	(*LockResponse)(nil),          // 21: lockcluster.v1.LockResponse
-	(*ReleaseRequest)(nil),        // 22: lockcluster.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),       // 23: lockcluster.v1.ReleaseResponse
-	(*AbortRequest)(nil),          // 24: lockcluster.v1.AbortRequest
-	(*AbortResponse)(nil),         // 25: lockcluster.v1.AbortResponse
-	(*QueryRequest)(nil),          // 26: lockcluster.v1.QueryRequest
-	(*QueryResponse)(nil),         // 27: lockcluster.v1.QueryResponse
-	(*LockInfo)(nil),              // 28: lockcluster.v1.LockInfo
-	(*StatusRequest)(nil),         // 29: lockcluster.v1.StatusRequest
-	(*StatusResponse)(nil),        // 30: lockcluster.v1.StatusResponse
-	(*MembersRequest)(nil),        // 31: lockcluster.v1.MembersRequest
-	(*Member)(nil),                // 32: lockcluster.v1.Member
-	(*MembersResponse)(nil),       // 33: lockcluster.v1.MembersResponse
-	(*JoinRequest)(nil),           // 34: lockcluster.v1.JoinRequest
-	(*JoinResponse)(nil),          // 35: lockcluster.v1.JoinResponse
-	(*LeaveRequest)(nil),          // 36: lockcluster.v1.LeaveRequest
-	(*LeaveResponse)(nil),         // 37: lockcluster.v1.LeaveResponse
-	(*PromoteRequest)(nil),        // 38: lockcluster.v1.PromoteRequest
-	(*PromoteResponse)(nil),       // 39: lockcluster.v1.PromoteResponse
-	(*TouchRequest)(nil),          // 40: lockcluster.v1.TouchRequest
-	(*TouchResponse)(nil),         // 41: lockcluster.v1.TouchResponse
-	(*SaveSnapshotRequest)(nil),   // 42: lockcluster.v1.SaveSnapshotRequest
-	(*SnapshotHeader)(nil),        // 43: lockcluster.v1.SnapshotHeader
-	(*SnapshotChunk)(nil),         // 44: lockcluster.v1.SnapshotChunk
-	nil,                           // 45: lockcluster.v1.CallError.MetadataEntry
-	(*durationpb.Duration)(nil),   // 46: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 47: google.protobuf.Timestamp
+	(Change_Kind)(0),              // 5: lockcluster.v1.Change.Kind
+	(*OpenSessionRequest)(nil),    // 6: lockcluster.v1.OpenSessionRequest
+	(*OpenSessionResponse)(nil),   // 7: lockcluster.v1.OpenSessionResponse
+	(*CloseSessionRequest)(nil),   // 8: lockcluster.v1.CloseSessionRequest
+	(*CloseSessionResponse)(nil),  // 9: lockcluster.v1.CloseSessionResponse
+	(*SessionUp)(nil),             // 10: lockcluster.v1.SessionUp
+	(*StreamCall)(nil),            // 11: lockcluster.v1.StreamCall
+	(*CallReply)(nil),             // 12: lockcluster.v1.CallReply
+	(*CallError)(nil),             // 13: lockcluster.v1.CallError
+	(*Attach)(nil),                // 14: lockcluster.v1.Attach
+	(*Heartbeat)(nil),             // 15: lockcluster.v1.Heartbeat
+	(*SessionDown)(nil),           // 16: lockcluster.v1.SessionDown
+	(*Synced)(nil),                // 17: lockcluster.v1.Synced
+	(*RequestState)(nil),          // 18: lockcluster.v1.RequestState
+	(*HeartbeatAck)(nil),          // 19: lockcluster.v1.HeartbeatAck
+	(*Event)(nil),                 // 20: lockcluster.v1.Event
+	(*LockRequest)(nil),           // 21: lockcluster.v1.LockRequest
+	(*LockResponse)(nil),          // 22: lockcluster.v1.LockResponse
+	(*ReleaseRequest)(nil),        // 23: lockcluster.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),       // 24: lockcluster.v1.ReleaseResponse
+	(*AbortRequest)(nil),          // 25: lockcluster.v1.AbortRequest
+	(*AbortResponse)(nil),         // 26: lockcluster.v1.AbortResponse
+	(*QueryRequest)(nil),          // 27: lockcluster.v1.QueryRequest
+	(*QueryResponse)(nil),         // 28: lockcluster.v1.QueryResponse
+	(*LockInfo)(nil),              // 29: lockcluster.v1.LockInfo
+	(*Record)(nil),                // 30: lockcluster.v1.Record
+	(*SetRecordRequest)(nil),      // 31: lockcluster.v1.SetRecordRequest
+	(*SetRecordResponse)(nil),     // 32: lockcluster.v1.SetRecordResponse
+	(*GetRecordRequest)(nil),      // 33: lockcluster.v1.GetRecordRequest
+	(*GetRecordResponse)(nil),     // 34: lockcluster.v1.GetRecordResponse
+	(*WatchRequest)(nil),          // 35: lockcluster.v1.WatchRequest
+	(*WatchResponse)(nil),         // 36: lockcluster.v1.WatchResponse
+	(*WatchSnapshot)(nil),         // 37: lockcluster.v1.WatchSnapshot
+	(*WatchChanges)(nil),          // 38: lockcluster.v1.WatchChanges
+	(*WatchProgress)(nil),         // 39: lockcluster.v1.WatchProgress
+	(*Change)(nil),                // 40: lockcluster.v1.Change
+	(*StatusRequest)(nil),         // 41: lockcluster.v1.StatusRequest
+	(*StatusResponse)(nil),        // 42: lockcluster.v1.StatusResponse
+	(*MembersRequest)(nil),        // 43: lockcluster.v1.MembersRequest
+	(*Member)(nil),                // 44: lockcluster.v1.Member
+	(*MembersResponse)(nil),       // 45: lockcluster.v1.MembersResponse
+	(*JoinRequest)(nil),           // 46: lockcluster.v1.JoinRequest
+	(*JoinResponse)(nil),          // 47: lockcluster.v1.JoinResponse
+	(*LeaveRequest)(nil),          // 48: lockcluster.v1.LeaveRequest
+	(*LeaveResponse)(nil),         // 49: lockcluster.v1.LeaveResponse
+	(*PromoteRequest)(nil),        // 50: lockcluster.v1.PromoteRequest
+	(*PromoteResponse)(nil),       // 51: lockcluster.v1.PromoteResponse
+	(*TouchRequest)(nil),          // 52: lockcluster.v1.TouchRequest
+	(*TouchResponse)(nil),         // 53: lockcluster.v1.TouchResponse
+	(*SaveSnapshotRequest)(nil),   // 54: lockcluster.v1.SaveSnapshotRequest
+	(*SnapshotHeader)(nil),        // 55: lockcluster.v1.SnapshotHeader
+	(*SnapshotChunk)(nil),         // 56: lockcluster.v1.SnapshotChunk
+	nil,                           // 57: lockcluster.v1.CallError.MetadataEntry
+	(*durationpb.Duration)(nil),   // 58: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 59: google.protobuf.Timestamp
 }
 var file_lockcluster_proto_depIdxs = []int32{
-	46, // 0: lockcluster.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
-	46, // 1: lockcluster.v1.OpenSessionResponse.ttl:type_name -> google.protobuf.Duration
-	13, // 2: lockcluster.v1.SessionUp.attach:type_name -> lockcluster.v1.Attach
-	14, // 3: lockcluster.v1.SessionUp.heartbeat:type_name -> lockcluster.v1.Heartbeat
-	10, // 4: lockcluster.v1.SessionUp.call:type_name -> lockcluster.v1.StreamCall
-	20, // 5: lockcluster.v1.StreamCall.request:type_name -> lockcluster.v1.LockRequest
-	22, // 6: lockcluster.v1.StreamCall.release:type_name -> lockcluster.v1.ReleaseRequest
-	24, // 7: lockcluster.v1.StreamCall.abort:type_name -> lockcluster.v1.AbortRequest
-	21, // 8: lockcluster.v1.CallReply.request:type_name -> lockcluster.v1.LockResponse
-	23, // 9: lockcluster.v1.CallReply.release:type_name -> lockcluster.v1.ReleaseResponse
-	25, // 10: lockcluster.v1.CallReply.abort:type_name -> lockcluster.v1.AbortResponse
-	12, // 11: lockcluster.v1.CallReply.error:type_name -> lockcluster.v1.CallError
-	3,  // 12: lockcluster.v1.CallError.reason:type_name -> lockcluster.v1.ErrorReason
-	45, // 13: lockcluster.v1.CallError.metadata:type_name -> lockcluster.v1.CallError.MetadataEntry
-	16, // 14: lockcluster.v1.SessionDown.synced:type_name -> lockcluster.v1.Synced
-	19, // 15: lockcluster.v1.SessionDown.event:type_name -> lockcluster.v1.Event
-	18, // 16: lockcluster.v1.SessionDown.heartbeat_ack:type_name -> lockcluster.v1.HeartbeatAck
-	11, // 17: lockcluster.v1.SessionDown.reply:type_name -> lockcluster.v1.CallReply
-	17, // 18: lockcluster.v1.Synced.requests:type_name -> lockcluster.v1.RequestState
-	46, // 19: lockcluster.v1.Synced.ttl:type_name -> google.protobuf.Duration
-	0,  // 20: lockcluster.v1.RequestState.mode:type_name -> lockcluster.v1.Mode
-	1,  // 21: lockcluster.v1.RequestState.status:type_name -> lockcluster.v1.Status
-	47, // 22: lockcluster.v1.RequestState.acquired_at:type_name -> google.protobuf.Timestamp
-	2,  // 23: lockcluster.v1.RequestState.cause:type_name -> lockcluster.v1.Cause
-	4,  // 24: lockcluster.v1.Event.kind:type_name -> lockcluster.v1.Event.Kind
-	0,  // 25: lockcluster.v1.Event.mode:type_name -> lockcluster.v1.Mode
-	47, // 26: lockcluster.v1.Event.acquired_at:type_name -> google.protobuf.Timestamp
-	2,  // 27: lockcluster.v1.Event.cause:type_name -> lockcluster.v1.Cause
-	0,  // 28: lockcluster.v1.LockRequest.mode:type_name -> lockcluster.v1.Mode
-	1,  // 29: lockcluster.v1.LockResponse.status:type_name -> lockcluster.v1.Status
-	47, // 30: lockcluster.v1.LockResponse.acquired_at:type_name -> google.protobuf.Timestamp
-	2,  // 31: lockcluster.v1.LockResponse.cause:type_name -> lockcluster.v1.Cause
-	1,  // 32: lockcluster.v1.ReleaseResponse.status:type_name -> lockcluster.v1.Status
-	1,  // 33: lockcluster.v1.AbortResponse.status:type_name -> lockcluster.v1.Status
-	2,  // 34: lockcluster.v1.AbortResponse.cause:type_name -> lockcluster.v1.Cause
-	28, // 35: lockcluster.v1.QueryResponse.held:type_name -> lockcluster.v1.LockInfo
-	28, // 36: lockcluster.v1.QueryResponse.pending:type_name -> lockcluster.v1.LockInfo
-	0,  // 37: lockcluster.v1.LockInfo.mode:type_name -> lockcluster.v1.Mode
-	47, // 38: lockcluster.v1.LockInfo.acquired_at:type_name -> google.protobuf.Timestamp
-	47, // 39: lockcluster.v1.LockInfo.requested_at:type_name -> google.protobuf.Timestamp
-	46, // 40: lockcluster.v1.Member.since_contact:type_name -> google.protobuf.Duration
-	32, // 41: lockcluster.v1.MembersResponse.members:type_name -> lockcluster.v1.Member
-	32, // 42: lockcluster.v1.SnapshotHeader.members:type_name -> lockcluster.v1.Member
-	43, // 43: lockcluster.v1.SnapshotChunk.header:type_name -> lockcluster.v1.SnapshotHeader
-	5,  // 44: lockcluster.v1.Locks.OpenSession:input_type -> lockcluster.v1.OpenSessionRequest
-	7,  // 45: lockcluster.v1.Locks.CloseSession:input_type -> lockcluster.v1.CloseSessionRequest
-	9,  // 46: lockcluster.v1.Locks.Session:input_type -> lockcluster.v1.SessionUp
-	20, // 47: lockcluster.v1.Locks.Request:input_type -> lockcluster.v1.LockRequest
-	22, // 48: lockcluster.v1.Locks.Release:input_type -> lockcluster.v1.ReleaseRequest
-	24, // 49: lockcluster.v1.Locks.Abort:input_type -> lockcluster.v1.AbortRequest
-	26, // 50: lockcluster.v1.Locks.Query:input_type -> lockcluster.v1.QueryRequest
-	26, // 51: lockcluster.v1.Locks.QueryPages:input_type -> lockcluster.v1.QueryRequest
-	29, // 52: lockcluster.v1.Cluster.Status:input_type -> lockcluster.v1.StatusRequest
-	31, // 53: lockcluster.v1.Cluster.Members:input_type -> lockcluster.v1.MembersRequest
-	34, // 54: lockcluster.v1.Cluster.Join:input_type -> lockcluster.v1.JoinRequest
-	36, // 55: lockcluster.v1.Cluster.Leave:input_type -> lockcluster.v1.LeaveRequest
-	38, // 56: lockcluster.v1.Cluster.Promote:input_type -> lockcluster.v1.PromoteRequest
-	40, // 57: lockcluster.v1.Cluster.Touch:input_type -> lockcluster.v1.TouchRequest
-	42, // 58: lockcluster.v1.Cluster.SaveSnapshot:input_type -> lockcluster.v1.SaveSnapshotRequest
-	6,  // 59: lockcluster.v1.Locks.OpenSession:output_type -> lockcluster.v1.OpenSessionResponse
-	8,  // 60: lockcluster.v1.Locks.CloseSession:output_type -> lockcluster.v1.CloseSessionResponse
-	15, // 61: lockcluster.v1.Locks.Session:output_type -> lockcluster.v1.SessionDown
-	21, // 62: lockcluster.v1.Locks.Request:output_type -> lockcluster.v1.LockResponse
-	23, // 63: lockcluster.v1.Locks.Release:output_type -> lockcluster.v1.ReleaseResponse
-	25, // 64: lockcluster.v1.Locks.Abort:output_type -> lockcluster.v1.AbortResponse
-	27, // 65: lockcluster.v1.Locks.Query:output_type -> lockcluster.v1.QueryResponse
-	27, // 66: lockcluster.v1.Locks.QueryPages:output_type -> lockcluster.v1.QueryResponse
-	30, // 67: lockcluster.v1.Cluster.Status:output_type -> lockcluster.v1.StatusResponse
-	33, // 68: lockcluster.v1.Cluster.Members:output_type -> lockcluster.v1.MembersResponse
-	35, // 69: lockcluster.v1.Cluster.Join:output_type -> lockcluster.v1.JoinResponse
-	37, // 70: lockcluster.v1.Cluster.Leave:output_type -> lockcluster.v1.LeaveResponse
-	39, // 71: lockcluster.v1.Cluster.Promote:output_type -> lockcluster.v1.PromoteResponse
-	41, // 72: lockcluster.v1.Cluster.Touch:output_type -> lockcluster.v1.TouchResponse
-	44, // 73: lockcluster.v1.Cluster.SaveSnapshot:output_type -> lockcluster.v1.SnapshotChunk
-	59, // [59:74] is the sub-list for method output_type
-	44, // [44:59] is the sub-list for method input_type
-	44, // [44:44] is the sub-list for extension type_name
-	44, // [44:44] is the sub-list for extension extendee
-	0,  // [0:44] is the sub-list for field type_name
+	58, // 0: lockcluster.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
+	58, // 1: lockcluster.v1.OpenSessionResponse.ttl:type_name -> google.protobuf.Duration
+	14, // 2: lockcluster.v1.SessionUp.attach:type_name -> lockcluster.v1.Attach
+	15, // 3: lockcluster.v1.SessionUp.heartbeat:type_name -> lockcluster.v1.Heartbeat
+	11, // 4: lockcluster.v1.SessionUp.call:type_name -> lockcluster.v1.StreamCall
+	21, // 5: lockcluster.v1.StreamCall.request:type_name -> lockcluster.v1.LockRequest
+	23, // 6: lockcluster.v1.StreamCall.release:type_name -> lockcluster.v1.ReleaseRequest
+	25, // 7: lockcluster.v1.StreamCall.abort:type_name -> lockcluster.v1.AbortRequest
+	31, // 8: lockcluster.v1.StreamCall.set_record:type_name -> lockcluster.v1.SetRecordRequest
+	22, // 9: lockcluster.v1.CallReply.request:type_name -> lockcluster.v1.LockResponse
+	24, // 10: lockcluster.v1.CallReply.release:type_name -> lockcluster.v1.ReleaseResponse
+	26, // 11: lockcluster.v1.CallReply.abort:type_name -> lockcluster.v1.AbortResponse
+	13, // 12: lockcluster.v1.CallReply.error:type_name -> lockcluster.v1.CallError
+	32, // 13: lockcluster.v1.CallReply.set_record:type_name -> lockcluster.v1.SetRecordResponse
+	3,  // 14: lockcluster.v1.CallError.reason:type_name -> lockcluster.v1.ErrorReason
+	57, // 15: lockcluster.v1.CallError.metadata:type_name -> lockcluster.v1.CallError.MetadataEntry
+	17, // 16: lockcluster.v1.SessionDown.synced:type_name -> lockcluster.v1.Synced
+	20, // 17: lockcluster.v1.SessionDown.event:type_name -> lockcluster.v1.Event
+	19, // 18: lockcluster.v1.SessionDown.heartbeat_ack:type_name -> lockcluster.v1.HeartbeatAck
+	12, // 19: lockcluster.v1.SessionDown.reply:type_name -> lockcluster.v1.CallReply
+	18, // 20: lockcluster.v1.Synced.requests:type_name -> lockcluster.v1.RequestState
+	58, // 21: lockcluster.v1.Synced.ttl:type_name -> google.protobuf.Duration
+	0,  // 22: lockcluster.v1.RequestState.mode:type_name -> lockcluster.v1.Mode
+	1,  // 23: lockcluster.v1.RequestState.status:type_name -> lockcluster.v1.Status
+	59, // 24: lockcluster.v1.RequestState.acquired_at:type_name -> google.protobuf.Timestamp
+	2,  // 25: lockcluster.v1.RequestState.cause:type_name -> lockcluster.v1.Cause
+	4,  // 26: lockcluster.v1.Event.kind:type_name -> lockcluster.v1.Event.Kind
+	0,  // 27: lockcluster.v1.Event.mode:type_name -> lockcluster.v1.Mode
+	59, // 28: lockcluster.v1.Event.acquired_at:type_name -> google.protobuf.Timestamp
+	2,  // 29: lockcluster.v1.Event.cause:type_name -> lockcluster.v1.Cause
+	30, // 30: lockcluster.v1.Event.records:type_name -> lockcluster.v1.Record
+	0,  // 31: lockcluster.v1.LockRequest.mode:type_name -> lockcluster.v1.Mode
+	1,  // 32: lockcluster.v1.LockResponse.status:type_name -> lockcluster.v1.Status
+	59, // 33: lockcluster.v1.LockResponse.acquired_at:type_name -> google.protobuf.Timestamp
+	2,  // 34: lockcluster.v1.LockResponse.cause:type_name -> lockcluster.v1.Cause
+	30, // 35: lockcluster.v1.LockResponse.records:type_name -> lockcluster.v1.Record
+	1,  // 36: lockcluster.v1.ReleaseResponse.status:type_name -> lockcluster.v1.Status
+	1,  // 37: lockcluster.v1.AbortResponse.status:type_name -> lockcluster.v1.Status
+	2,  // 38: lockcluster.v1.AbortResponse.cause:type_name -> lockcluster.v1.Cause
+	29, // 39: lockcluster.v1.QueryResponse.held:type_name -> lockcluster.v1.LockInfo
+	29, // 40: lockcluster.v1.QueryResponse.pending:type_name -> lockcluster.v1.LockInfo
+	30, // 41: lockcluster.v1.QueryResponse.records:type_name -> lockcluster.v1.Record
+	0,  // 42: lockcluster.v1.LockInfo.mode:type_name -> lockcluster.v1.Mode
+	59, // 43: lockcluster.v1.LockInfo.acquired_at:type_name -> google.protobuf.Timestamp
+	59, // 44: lockcluster.v1.LockInfo.requested_at:type_name -> google.protobuf.Timestamp
+	59, // 45: lockcluster.v1.Record.written_at:type_name -> google.protobuf.Timestamp
+	30, // 46: lockcluster.v1.SetRecordResponse.record:type_name -> lockcluster.v1.Record
+	1,  // 47: lockcluster.v1.SetRecordResponse.status:type_name -> lockcluster.v1.Status
+	30, // 48: lockcluster.v1.GetRecordResponse.record:type_name -> lockcluster.v1.Record
+	37, // 49: lockcluster.v1.WatchResponse.snapshot:type_name -> lockcluster.v1.WatchSnapshot
+	38, // 50: lockcluster.v1.WatchResponse.changes:type_name -> lockcluster.v1.WatchChanges
+	39, // 51: lockcluster.v1.WatchResponse.progress:type_name -> lockcluster.v1.WatchProgress
+	29, // 52: lockcluster.v1.WatchSnapshot.held:type_name -> lockcluster.v1.LockInfo
+	29, // 53: lockcluster.v1.WatchSnapshot.pending:type_name -> lockcluster.v1.LockInfo
+	30, // 54: lockcluster.v1.WatchSnapshot.records:type_name -> lockcluster.v1.Record
+	59, // 55: lockcluster.v1.WatchChanges.time:type_name -> google.protobuf.Timestamp
+	40, // 56: lockcluster.v1.WatchChanges.changes:type_name -> lockcluster.v1.Change
+	5,  // 57: lockcluster.v1.Change.kind:type_name -> lockcluster.v1.Change.Kind
+	0,  // 58: lockcluster.v1.Change.mode:type_name -> lockcluster.v1.Mode
+	2,  // 59: lockcluster.v1.Change.cause:type_name -> lockcluster.v1.Cause
+	30, // 60: lockcluster.v1.Change.record:type_name -> lockcluster.v1.Record
+	58, // 61: lockcluster.v1.Member.since_contact:type_name -> google.protobuf.Duration
+	44, // 62: lockcluster.v1.MembersResponse.members:type_name -> lockcluster.v1.Member
+	44, // 63: lockcluster.v1.SnapshotHeader.members:type_name -> lockcluster.v1.Member
+	55, // 64: lockcluster.v1.SnapshotChunk.header:type_name -> lockcluster.v1.SnapshotHeader
+	6,  // 65: lockcluster.v1.Locks.OpenSession:input_type -> lockcluster.v1.OpenSessionRequest
+	8,  // 66: lockcluster.v1.Locks.CloseSession:input_type -> lockcluster.v1.CloseSessionRequest
+	10, // 67: lockcluster.v1.Locks.Session:input_type -> lockcluster.v1.SessionUp
+	21, // 68: lockcluster.v1.Locks.Request:input_type -> lockcluster.v1.LockRequest
+	23, // 69: lockcluster.v1.Locks.Release:input_type -> lockcluster.v1.ReleaseRequest
+	25, // 70: lockcluster.v1.Locks.Abort:input_type -> lockcluster.v1.AbortRequest
+	27, // 71: lockcluster.v1.Locks.Query:input_type -> lockcluster.v1.QueryRequest
+	27, // 72: lockcluster.v1.Locks.QueryPages:input_type -> lockcluster.v1.QueryRequest
+	31, // 73: lockcluster.v1.Locks.SetRecord:input_type -> lockcluster.v1.SetRecordRequest
+	33, // 74: lockcluster.v1.Locks.GetRecord:input_type -> lockcluster.v1.GetRecordRequest
+	35, // 75: lockcluster.v1.Locks.Watch:input_type -> lockcluster.v1.WatchRequest
+	41, // 76: lockcluster.v1.Cluster.Status:input_type -> lockcluster.v1.StatusRequest
+	43, // 77: lockcluster.v1.Cluster.Members:input_type -> lockcluster.v1.MembersRequest
+	46, // 78: lockcluster.v1.Cluster.Join:input_type -> lockcluster.v1.JoinRequest
+	48, // 79: lockcluster.v1.Cluster.Leave:input_type -> lockcluster.v1.LeaveRequest
+	50, // 80: lockcluster.v1.Cluster.Promote:input_type -> lockcluster.v1.PromoteRequest
+	52, // 81: lockcluster.v1.Cluster.Touch:input_type -> lockcluster.v1.TouchRequest
+	54, // 82: lockcluster.v1.Cluster.SaveSnapshot:input_type -> lockcluster.v1.SaveSnapshotRequest
+	7,  // 83: lockcluster.v1.Locks.OpenSession:output_type -> lockcluster.v1.OpenSessionResponse
+	9,  // 84: lockcluster.v1.Locks.CloseSession:output_type -> lockcluster.v1.CloseSessionResponse
+	16, // 85: lockcluster.v1.Locks.Session:output_type -> lockcluster.v1.SessionDown
+	22, // 86: lockcluster.v1.Locks.Request:output_type -> lockcluster.v1.LockResponse
+	24, // 87: lockcluster.v1.Locks.Release:output_type -> lockcluster.v1.ReleaseResponse
+	26, // 88: lockcluster.v1.Locks.Abort:output_type -> lockcluster.v1.AbortResponse
+	28, // 89: lockcluster.v1.Locks.Query:output_type -> lockcluster.v1.QueryResponse
+	28, // 90: lockcluster.v1.Locks.QueryPages:output_type -> lockcluster.v1.QueryResponse
+	32, // 91: lockcluster.v1.Locks.SetRecord:output_type -> lockcluster.v1.SetRecordResponse
+	34, // 92: lockcluster.v1.Locks.GetRecord:output_type -> lockcluster.v1.GetRecordResponse
+	36, // 93: lockcluster.v1.Locks.Watch:output_type -> lockcluster.v1.WatchResponse
+	42, // 94: lockcluster.v1.Cluster.Status:output_type -> lockcluster.v1.StatusResponse
+	45, // 95: lockcluster.v1.Cluster.Members:output_type -> lockcluster.v1.MembersResponse
+	47, // 96: lockcluster.v1.Cluster.Join:output_type -> lockcluster.v1.JoinResponse
+	49, // 97: lockcluster.v1.Cluster.Leave:output_type -> lockcluster.v1.LeaveResponse
+	51, // 98: lockcluster.v1.Cluster.Promote:output_type -> lockcluster.v1.PromoteResponse
+	53, // 99: lockcluster.v1.Cluster.Touch:output_type -> lockcluster.v1.TouchResponse
+	56, // 100: lockcluster.v1.Cluster.SaveSnapshot:output_type -> lockcluster.v1.SnapshotChunk
+	83, // [83:101] is the sub-list for method output_type
+	65, // [65:83] is the sub-list for method input_type
+	65, // [65:65] is the sub-list for extension type_name
+	65, // [65:65] is the sub-list for extension extendee
+	0,  // [0:65] is the sub-list for field type_name
 }
 
 func init() { file_lockcluster_proto_init() }
@@ -3993,12 +5188,14 @@ func file_lockcluster_proto_init() {
 		(*StreamCall_Request)(nil),
 		(*StreamCall_Release)(nil),
 		(*StreamCall_Abort)(nil),
+		(*StreamCall_SetRecord)(nil),
 	}
 	file_lockcluster_proto_msgTypes[6].OneofWrappers = []any{
 		(*CallReply_Request)(nil),
 		(*CallReply_Release)(nil),
 		(*CallReply_Abort)(nil),
 		(*CallReply_Error)(nil),
+		(*CallReply_SetRecord)(nil),
 	}
 	file_lockcluster_proto_msgTypes[10].OneofWrappers = []any{
 		(*SessionDown_Synced)(nil),
@@ -4006,13 +5203,18 @@ func file_lockcluster_proto_init() {
 		(*SessionDown_HeartbeatAck)(nil),
 		(*SessionDown_Reply)(nil),
 	}
+	file_lockcluster_proto_msgTypes[30].OneofWrappers = []any{
+		(*WatchResponse_Snapshot)(nil),
+		(*WatchResponse_Changes)(nil),
+		(*WatchResponse_Progress)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lockcluster_proto_rawDesc), len(file_lockcluster_proto_rawDesc)),
-			NumEnums:      5,
-			NumMessages:   41,
+			NumEnums:      6,
+			NumMessages:   52,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -41,6 +41,9 @@ const (
 	Locks_Abort_FullMethodName        = "/lockcluster.v1.Locks/Abort"
 	Locks_Query_FullMethodName        = "/lockcluster.v1.Locks/Query"
 	Locks_QueryPages_FullMethodName   = "/lockcluster.v1.Locks/QueryPages"
+	Locks_SetRecord_FullMethodName    = "/lockcluster.v1.Locks/SetRecord"
+	Locks_GetRecord_FullMethodName    = "/lockcluster.v1.Locks/GetRecord"
+	Locks_Watch_FullMethodName        = "/lockcluster.v1.Locks/Watch"
 )
 
 // LocksClient is the client API for Locks service.
@@ -81,6 +84,29 @@ type LocksClient interface {
 	// The stream ending without an error (EOF) says that every page arrived;
 	// a stream that fails part-way is retried from the start.
 	QueryPages(ctx context.Context, in *QueryRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[QueryResponse], error)
+	// SetRecord writes or deletes the record of a name that the session
+	// holds exclusively (SPEC §12), fenced by the grant's token: the check is
+	// made when the entry is applied, so a holder that lost its lock (stolen,
+	// expired) is refused, FailedPrecondition NOT_HOLDER, naming the name's
+	// current token ("current_token" in the metadata; "0": not held), and
+	// nothing changes. With release set, the lock is released in the same
+	// entry: both happen, or neither. Needs protocol level 3.
+	SetRecord(ctx context.Context, in *SetRecordRequest, opts ...grpc.CallOption) (*SetRecordResponse, error)
+	// GetRecord reads a name's record, linearizably (as Query).
+	GetRecord(ctx context.Context, in *GetRecordRequest, opts ...grpc.CallOption) (*GetRecordResponse, error)
+	// Watch streams a namespace's changes (SPEC §13): without from_index, a
+	// linearizable snapshot of the selection at index I first (one or more
+	// WatchSnapshot messages, the last with more unset), then every change
+	// after I in log order, the changes of one log entry in one
+	// WatchChanges; with from_index, every change after it and none before.
+	// WatchProgress messages say how far the node has applied when nothing
+	// matched for a while, so that a resume need not start further back. A
+	// from_index older than the history the node keeps fails at once,
+	// OutOfRange COMPACTED, naming the oldest index it can resume from
+	// ("oldest_index"); a watcher that falls behind the history is cut with
+	// the same error. Either way, resynchronise from a snapshot: never a
+	// silent gap. Any node serves a watch.
+	Watch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchResponse], error)
 }
 
 type locksClient struct {
@@ -183,6 +209,45 @@ func (c *locksClient) QueryPages(ctx context.Context, in *QueryRequest, opts ...
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Locks_QueryPagesClient = grpc.ServerStreamingClient[QueryResponse]
 
+func (c *locksClient) SetRecord(ctx context.Context, in *SetRecordRequest, opts ...grpc.CallOption) (*SetRecordResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetRecordResponse)
+	err := c.cc.Invoke(ctx, Locks_SetRecord_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *locksClient) GetRecord(ctx context.Context, in *GetRecordRequest, opts ...grpc.CallOption) (*GetRecordResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetRecordResponse)
+	err := c.cc.Invoke(ctx, Locks_GetRecord_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *locksClient) Watch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Locks_ServiceDesc.Streams[2], Locks_Watch_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WatchRequest, WatchResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Locks_WatchClient = grpc.ServerStreamingClient[WatchResponse]
+
 // LocksServer is the server API for Locks service.
 // All implementations must embed UnimplementedLocksServer
 // for forward compatibility.
@@ -221,6 +286,29 @@ type LocksServer interface {
 	// The stream ending without an error (EOF) says that every page arrived;
 	// a stream that fails part-way is retried from the start.
 	QueryPages(*QueryRequest, grpc.ServerStreamingServer[QueryResponse]) error
+	// SetRecord writes or deletes the record of a name that the session
+	// holds exclusively (SPEC §12), fenced by the grant's token: the check is
+	// made when the entry is applied, so a holder that lost its lock (stolen,
+	// expired) is refused, FailedPrecondition NOT_HOLDER, naming the name's
+	// current token ("current_token" in the metadata; "0": not held), and
+	// nothing changes. With release set, the lock is released in the same
+	// entry: both happen, or neither. Needs protocol level 3.
+	SetRecord(context.Context, *SetRecordRequest) (*SetRecordResponse, error)
+	// GetRecord reads a name's record, linearizably (as Query).
+	GetRecord(context.Context, *GetRecordRequest) (*GetRecordResponse, error)
+	// Watch streams a namespace's changes (SPEC §13): without from_index, a
+	// linearizable snapshot of the selection at index I first (one or more
+	// WatchSnapshot messages, the last with more unset), then every change
+	// after I in log order, the changes of one log entry in one
+	// WatchChanges; with from_index, every change after it and none before.
+	// WatchProgress messages say how far the node has applied when nothing
+	// matched for a while, so that a resume need not start further back. A
+	// from_index older than the history the node keeps fails at once,
+	// OutOfRange COMPACTED, naming the oldest index it can resume from
+	// ("oldest_index"); a watcher that falls behind the history is cut with
+	// the same error. Either way, resynchronise from a snapshot: never a
+	// silent gap. Any node serves a watch.
+	Watch(*WatchRequest, grpc.ServerStreamingServer[WatchResponse]) error
 	mustEmbedUnimplementedLocksServer()
 }
 
@@ -254,6 +342,15 @@ func (UnimplementedLocksServer) Query(context.Context, *QueryRequest) (*QueryRes
 }
 func (UnimplementedLocksServer) QueryPages(*QueryRequest, grpc.ServerStreamingServer[QueryResponse]) error {
 	return status.Error(codes.Unimplemented, "method QueryPages not implemented")
+}
+func (UnimplementedLocksServer) SetRecord(context.Context, *SetRecordRequest) (*SetRecordResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetRecord not implemented")
+}
+func (UnimplementedLocksServer) GetRecord(context.Context, *GetRecordRequest) (*GetRecordResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetRecord not implemented")
+}
+func (UnimplementedLocksServer) Watch(*WatchRequest, grpc.ServerStreamingServer[WatchResponse]) error {
+	return status.Error(codes.Unimplemented, "method Watch not implemented")
 }
 func (UnimplementedLocksServer) mustEmbedUnimplementedLocksServer() {}
 func (UnimplementedLocksServer) testEmbeddedByValue()               {}
@@ -402,6 +499,53 @@ func _Locks_QueryPages_Handler(srv interface{}, stream grpc.ServerStream) error 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Locks_QueryPagesServer = grpc.ServerStreamingServer[QueryResponse]
 
+func _Locks_SetRecord_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetRecordRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LocksServer).SetRecord(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Locks_SetRecord_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LocksServer).SetRecord(ctx, req.(*SetRecordRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Locks_GetRecord_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetRecordRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LocksServer).GetRecord(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Locks_GetRecord_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LocksServer).GetRecord(ctx, req.(*GetRecordRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Locks_Watch_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(WatchRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(LocksServer).Watch(m, &grpc.GenericServerStream[WatchRequest, WatchResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Locks_WatchServer = grpc.ServerStreamingServer[WatchResponse]
+
 // Locks_ServiceDesc is the grpc.ServiceDesc for Locks service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -433,6 +577,14 @@ var Locks_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "Query",
 			Handler:    _Locks_Query_Handler,
 		},
+		{
+			MethodName: "SetRecord",
+			Handler:    _Locks_SetRecord_Handler,
+		},
+		{
+			MethodName: "GetRecord",
+			Handler:    _Locks_GetRecord_Handler,
+		},
 	},
 	Streams: []grpc.StreamDesc{
 		{
@@ -444,6 +596,11 @@ var Locks_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "QueryPages",
 			Handler:       _Locks_QueryPages_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "Watch",
+			Handler:       _Locks_Watch_Handler,
 			ServerStreams: true,
 		},
 	},
