@@ -13,6 +13,7 @@ package rpcerr
 import (
 	"context"
 	"errors"
+	"strconv"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -39,6 +40,10 @@ var fsmCodes = map[fsm.Code]struct {
 	fsm.CodeSessionClosed: {codes.FailedPrecondition, pb.ErrorReason_SESSION_CLOSED, "InvalidStateError"},
 	fsm.CodeLimit:         {codes.ResourceExhausted, pb.ErrorReason_LIMIT, "QuotaExceededError"},
 	fsm.CodePermission:    {codes.PermissionDenied, pb.ErrorReason_PERMISSION, "SecurityError"},
+	// A record write by a session that no longer (or never) held the name
+	// exclusively with its token: the metadata names the name's current
+	// token ("current_token", "0": nobody holds it exclusively).
+	fsm.CodeNotHolder: {codes.FailedPrecondition, pb.ErrorReason_NOT_HOLDER, "InvalidStateError"},
 }
 
 // New is a status of code with an ErrorInfo of reason, the Web Locks
@@ -82,7 +87,11 @@ func Status(err error) error {
 	var fe *fsm.Error
 	if errors.As(err, &fe) {
 		if m, ok := fsmCodes[fe.Code]; ok {
-			return New(m.code, m.reason, m.name, fe.Msg, nil)
+			var meta map[string]string
+			if fe.Code == fsm.CodeNotHolder {
+				meta = map[string]string{"current_token": strconv.FormatUint(fe.Token, 10)}
+			}
+			return New(m.code, m.reason, m.name, fe.Msg, meta)
 		}
 	}
 	var nl *raftnode.NotLeaderError
@@ -131,6 +140,14 @@ var ErrNotReady = errors.New("this node is not ready")
 // client reconnects and resynchronises.
 func StreamBehind(msg string) error {
 	return New(codes.ResourceExhausted, pb.ErrorReason_LIMIT, "QuotaExceededError", msg, nil)
+}
+
+// Compacted refuses a watch that asked to resume below the oldest index
+// of the history a node keeps, or that fell behind it (msg says which):
+// OutOfRange, COMPACTED, naming the oldest index it can resume from
+// ("oldest_index"). The client resynchronises from a snapshot.
+func Compacted(oldest uint64, msg string) error {
+	return New(codes.OutOfRange, pb.ErrorReason_COMPACTED, "Compacted", msg, map[string]string{"oldest_index": strconv.FormatUint(oldest, 10)})
 }
 
 // NoLeader ends a session stream on a node that knows no leader to renew

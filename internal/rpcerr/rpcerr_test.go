@@ -28,6 +28,7 @@ func TestErrorTable(t *testing.T) {
 		{&fsm.Error{Code: fsm.CodeSessionClosed, Msg: "session 3 is not open"}, codes.FailedPrecondition, pb.ErrorReason_SESSION_CLOSED, "InvalidStateError"},
 		{&fsm.Error{Code: fsm.CodeLimit, Msg: "over"}, codes.ResourceExhausted, pb.ErrorReason_LIMIT, "QuotaExceededError"},
 		{&fsm.Error{Code: fsm.CodePermission, Msg: "no"}, codes.PermissionDenied, pb.ErrorReason_PERMISSION, "SecurityError"},
+		{&fsm.Error{Code: fsm.CodeNotHolder, Msg: "not the holder", Token: 7}, codes.FailedPrecondition, pb.ErrorReason_NOT_HOLDER, "InvalidStateError"},
 		{fmt.Errorf("wrapped: %w", &fsm.Error{Code: fsm.CodeLimit, Msg: "over"}), codes.ResourceExhausted, pb.ErrorReason_LIMIT, "QuotaExceededError"},
 		{&raftnode.NotLeaderError{LeaderID: "n1", LeaderAddr: "h:1"}, codes.Unavailable, pb.ErrorReason_NOT_LEADER, "NotLeader"},
 		{fmt.Errorf("%w: node is starting", ErrNotReady), codes.Unavailable, pb.ErrorReason_NOT_READY, "NotReady"},
@@ -81,6 +82,7 @@ func TestConstructorsCarryErrorInfo(t *testing.T) {
 		{NoLeader("none"), codes.Unavailable, pb.ErrorReason_NOT_LEADER},
 		{Unauthenticated("who"), codes.Unauthenticated, pb.ErrorReason_PERMISSION},
 		{PermissionDenied("no"), codes.PermissionDenied, pb.ErrorReason_PERMISSION},
+		{Compacted(5, "gone"), codes.OutOfRange, pb.ErrorReason_COMPACTED},
 	} {
 		st := status.Convert(tc.err)
 		var info *errdetails.ErrorInfo
@@ -92,5 +94,27 @@ func TestConstructorsCarryErrorInfo(t *testing.T) {
 		if st.Code() != tc.code || info == nil || info.Reason != tc.reason.String() || info.Domain != Domain {
 			t.Errorf("%v: code %s info %v, want %s %s", tc.err, st.Code(), info, tc.code, tc.reason)
 		}
+	}
+}
+
+// A record write refused NOT_HOLDER names the name's current token, and a
+// COMPACTED refusal the oldest index to resume from.
+func TestMetadataOfNotHolderAndCompacted(t *testing.T) {
+	meta := func(err error) map[string]string {
+		for _, d := range status.Convert(err).Details() {
+			if i, ok := d.(*errdetails.ErrorInfo); ok {
+				return i.Metadata
+			}
+		}
+		return nil
+	}
+	if m := meta(Status(&fsm.Error{Code: fsm.CodeNotHolder, Msg: "x", Token: 42})); m["current_token"] != "42" {
+		t.Errorf("NOT_HOLDER metadata %v, want current_token 42", m)
+	}
+	if m := meta(Status(&fsm.Error{Code: fsm.CodeNotHolder, Msg: "x"})); m["current_token"] != "0" {
+		t.Errorf("NOT_HOLDER metadata %v, want current_token 0", m)
+	}
+	if m := meta(Compacted(99, "gone")); m["oldest_index"] != "99" {
+		t.Errorf("COMPACTED metadata %v, want oldest_index 99", m)
 	}
 }

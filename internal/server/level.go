@@ -27,7 +27,7 @@ import (
 // fsm.PreviousLevel when neither says more, which is conservative: a
 // cluster holds no member older than the release before.
 //
-// gateLevel is asked before every proposal (propose): an entry type newer
+// gateLevel is asked before every proposal (propose): a command newer
 // than the cluster level is never proposed, so a node of the release
 // before never meets an entry it cannot apply. The leader's own entries
 // wait for the level (the cluster secret: member.go); a client call that
@@ -177,41 +177,53 @@ func (s *Server) levelFloor() (int, string) {
 	return floor, why
 }
 
-// gateLevel refuses an entry of type t that the cluster's level does not
-// admit: every member must run the level that introduced it. Entry types
-// of the release before pass at once. A node that does not lead lets
-// every type pass: raft refuses its proposal (not the leader), and the
-// call forwarded to the leader meets the leader's gate.
-func (s *Server) gateLevel(t fsm.EntryType) error {
-	need, own := fsm.EntryLevel(t), s.ownLevel()
+// gateLevel refuses a command that the cluster's level does not admit:
+// every member must run the level it needs (fsm.CommandLevel: its entry
+// type's, or more when it uses a field a later level added, as a Request
+// with MaxHolders). Commands of the release before pass at once. A node
+// that does not lead lets every command pass: raft refuses its proposal
+// (not the leader), and the call forwarded to the leader meets the
+// leader's gate.
+func (s *Server) gateLevel(cmd fsm.Command) error {
+	need, own := fsm.CommandLevel(cmd), s.ownLevel()
 	if need <= fsm.PreviousLevel && need <= own {
 		return nil
 	}
 	if need > own {
-		return &levelError{entry: t, need: need, level: own, lowest: s.cfg.Self.ID, why: "is this node, at level " + strconv.Itoa(own)}
+		return &levelError{entry: cmd.Type(), feature: commandFeature(cmd), need: need, level: own, lowest: s.cfg.Self.ID, why: "is this node, at level " + strconv.Itoa(own)}
 	}
 	v := s.clusterLevel()
 	if !v.leads || v.known && v.level >= need {
 		return nil
 	}
-	return &levelError{entry: t, need: need, level: v.level, lowest: v.lowest, why: v.why}
+	return &levelError{entry: cmd.Type(), feature: commandFeature(cmd), need: need, level: v.level, lowest: v.lowest, why: v.why}
+}
+
+// commandFeature names what of cmd needs its level, for a refusal: the
+// entry type's feature, or the field of a later level it uses.
+func commandFeature(cmd fsm.Command) string {
+	if r, ok := cmd.(*fsm.Request); ok && r.MaxHolders > 0 && fsm.CommandLevel(cmd) > fsm.EntryLevel(r.Type()) {
+		return "semaphores (max_holders)"
+	}
+	return fsm.EntryFeature(cmd.Type())
 }
 
 // levelError is gateLevel's refusal: FailedPrecondition, CLUSTER_LEVEL.
 type levelError struct {
 	entry       fsm.EntryType
+	feature     string
 	need, level int
 	lowest, why string
 }
 
 func (e *levelError) Error() string {
 	return fmt.Sprintf("%s (%s entries) needs protocol level %d, and the cluster runs at level %d: member %s %s; upgrade every member to a release of level %d or later first",
-		fsm.EntryFeature(e.entry), e.entry, e.need, e.level, e.lowest, e.why, e.need)
+		e.feature, e.entry, e.need, e.level, e.lowest, e.why, e.need)
 }
 
 func (e *levelError) GRPCStatus() *status.Status {
 	st, _ := status.FromError(rpcerr.New(codes.FailedPrecondition, pb.ErrorReason_CLUSTER_LEVEL, "NotSupportedError", e.Error(), map[string]string{
-		"feature": fsm.EntryFeature(e.entry), "needed_level": strconv.Itoa(e.need),
+		"feature": e.feature, "needed_level": strconv.Itoa(e.need),
 		"cluster_level": strconv.Itoa(e.level), "lowest_member": e.lowest,
 	}))
 	return st

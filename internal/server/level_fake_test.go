@@ -112,7 +112,7 @@ func TestGateHoldsTheSecretAndSnapshotFormat(t *testing.T) {
 			t.Fatalf("%s writes snapshot format %d (level %d) below level %d", n.id, v, fsm.SnapshotLevel(v), fsm.LevelClusterSecret)
 		}
 	}
-	err = n1.srv.gateLevel(fsm.SetClusterSecret{}.Type())
+	err = n1.srv.gateLevel(&fsm.SetClusterSecret{})
 	st2 := status.Convert(err)
 	if st2.Code() != codes.FailedPrecondition {
 		t.Fatalf("the gate: %v; want FailedPrecondition", err)
@@ -133,7 +133,7 @@ func TestGateHoldsTheSecretAndSnapshotFormat(t *testing.T) {
 		t.Fatalf("proposing a level-2 entry at level 1: %v, %d entries; want the gate's refusal and none", err, fc.entries()-before)
 	}
 	// A node never proposes above its own level, leading or not.
-	if err := n3.srv.gateLevel(fsm.SetClusterSecret{}.Type()); err == nil || !strings.Contains(err.Error(), "member n3 is this node, at level 1") {
+	if err := n3.srv.gateLevel(&fsm.SetClusterSecret{}); err == nil || !strings.Contains(err.Error(), "member n3 is this node, at level 1") {
 		t.Fatalf("n3's own gate: %v", err)
 	}
 	// Entries of the release before pass.
@@ -168,7 +168,7 @@ func TestGateHoldsTheSecretAndSnapshotFormat(t *testing.T) {
 func TestGateCountsAnUnheardMemberAtTheFloor(t *testing.T) {
 	fc := newFakeCluster(t, 3, fakeOptions{configure: func(c *Config) { c.ProbeInterval = 5 * time.Millisecond }})
 	n1 := fc.node("n1")
-	typ := fsm.SetClusterSecret{}.Type()
+	typ := &fsm.SetClusterSecret{}
 	eventually(t, "level 2 once every member answered", func() bool { return n1.srv.gateLevel(typ) == nil })
 	fc.waitSecret()
 	fc.log.mu.Lock()
@@ -251,7 +251,7 @@ func TestGateHearsAnOldMemberOfANewCluster(t *testing.T) {
 	n1 := fc.node("n1")
 	eventually(t, "the leader hears n3 at level 1", func() bool { return levelsSeen(t, fc, "n1")["n3"] == fsm.PreviousLevel })
 	var le *levelError
-	if err := n1.srv.gateLevel(fsm.SetClusterSecret{}.Type()); !errors.As(err, &le) || le.lowest != "n3" || le.level != fsm.PreviousLevel {
+	if err := n1.srv.gateLevel(&fsm.SetClusterSecret{}); !errors.As(err, &le) || le.lowest != "n3" || le.level != fsm.PreviousLevel {
 		t.Fatalf("the gate with n3 heard at level 1: %v", err)
 	}
 }

@@ -160,7 +160,7 @@ func (s *Server) drawClusterSecret(ctx context.Context) error {
 	if s.m.ClusterSecret() != "" {
 		return nil
 	}
-	if err := s.gateLevel(fsm.SetClusterSecret{}.Type()); err != nil { // level.go
+	if err := s.gateLevel(&fsm.SetClusterSecret{}); err != nil { // level.go
 		return err
 	}
 	r := s.replica()

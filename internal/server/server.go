@@ -251,7 +251,7 @@ func (s *Server) propose(ctx context.Context, cmd fsm.Command) (fsm.Applied, uin
 	if node == nil {
 		return fsm.Applied{}, 0, raftnode.ErrShutdown
 	}
-	if err := s.gateLevel(cmd.Type()); err != nil { // level.go
+	if err := s.gateLevel(cmd); err != nil { // level.go
 		return fsm.Applied{}, 0, err
 	}
 	data, err := fsm.EncodeEntry(fsm.Entry{Time: s.cfg.Now().UnixNano(), Cmd: cmd})
