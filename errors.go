@@ -2,6 +2,8 @@ package lockcluster
 
 import (
 	"errors"
+	"strconv"
+	"strings"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -43,6 +45,17 @@ var (
 	// the error names the endpoint and the fix. It matches ErrUnavailable
 	// too.
 	ErrTLSMismatch = errors.New("lockcluster: TLS mismatch")
+	// ErrNotHolder: a record write (Lock.SetRecord, DeleteRecord,
+	// ReleaseWithRecord) by a lock that no longer holds its name
+	// exclusively with its token (stolen, expired, released), or by a
+	// shared lock. Nothing changed. The error names the name's current
+	// token (Error.CurrentToken; 0: nobody holds it exclusively).
+	ErrNotHolder = errors.New("lockcluster: not the holder")
+	// ErrCompacted: a watch asked to resume from an index older than the
+	// history the node keeps (Error.OldestIndex names the oldest it can
+	// resume from). A Watcher never returns it: it resynchronises from a
+	// snapshot, which it yields marked Resync.
+	ErrCompacted = errors.New("lockcluster: compacted")
 )
 
 // mismatchError is an ErrTLSMismatch, which is also an ErrUnavailable.
@@ -87,12 +100,33 @@ type Error struct {
 	Code    codes.Code
 	Reason  pb.ErrorReason
 	Message string
+	// Metadata is the ErrorInfo's metadata (the server's details, such as
+	// "current_token" of NOT_HOLDER or "oldest_index" of COMPACTED).
+	Metadata map[string]string
+}
+
+// CurrentToken is, for an ErrNotHolder, the token of the name's current
+// exclusive holder (0: none); 0 for other errors.
+func (e *Error) CurrentToken() uint64 { return e.metaUint("current_token") }
+
+// OldestIndex is, for an ErrCompacted, the oldest index the node can
+// resume a watch from; 0 for other errors.
+func (e *Error) OldestIndex() uint64 { return e.metaUint("oldest_index") }
+
+func (e *Error) metaUint(key string) uint64 {
+	n, _ := strconv.ParseUint(e.Metadata[key], 10, 64)
+	return n
 }
 
 func (e *Error) Error() string {
 	if e.Code == codes.Unauthenticated && e.Name != e.Code.String() {
 		// No credential at all, rather than one refused: say so.
 		return "lockcluster: " + e.Name + " (" + e.Code.String() + "): " + e.Message
+	}
+	if e.Reason == pb.ErrorReason_NOT_HOLDER {
+		if t, ok := e.Metadata["current_token"]; ok && !strings.Contains(e.Message, "current token") {
+			return "lockcluster: " + e.Name + ": " + e.Message + " (current token " + t + ")"
+		}
 	}
 	return "lockcluster: " + e.Name + ": " + e.Message
 }
@@ -112,6 +146,10 @@ func (e *Error) Is(target error) bool {
 		return target == ErrSessionClosed
 	case pb.ErrorReason_LIMIT:
 		return target == ErrLimit
+	case pb.ErrorReason_NOT_HOLDER:
+		return target == ErrNotHolder
+	case pb.ErrorReason_COMPACTED:
+		return target == ErrCompacted
 	case pb.ErrorReason_NOT_LEADER, pb.ErrorReason_OUTCOME_UNKNOWN, pb.ErrorReason_SHUTTING_DOWN, pb.ErrorReason_NOT_READY, pb.ErrorReason_REPLICA_DIVERGED:
 		return target == ErrUnavailable
 	}
@@ -135,6 +173,7 @@ func fromStatus(err error) error {
 	for _, d := range st.Details() {
 		if info, ok := d.(*errdetails.ErrorInfo); ok {
 			e.Reason = pb.ErrorReason(pb.ErrorReason_value[info.Reason])
+			e.Metadata = info.Metadata
 			if n := info.Metadata["name"]; n != "" {
 				e.Name = n
 			}

@@ -50,6 +50,14 @@ type Options struct {
 	// (say, to log who holds the lock with Query). The browser's API has
 	// no such hook.
 	OnQueued func()
+	// MaxHolders makes a Shared request a semaphore (SPEC §14): at most
+	// MaxHolders holders hold the name at once; later ones queue, FIFO.
+	// Every held or queued shared request of a name must agree on it (one
+	// with another value fails with ErrNotSupported, naming the name's).
+	// 0: unlimited, as in the browser. Only with Shared
+	// (ErrNotSupported); negative is ErrInvalid. Needs a cluster of this
+	// release.
+	MaxHolders int
 }
 
 // Lock is a held lock.
@@ -65,6 +73,12 @@ type Lock struct {
 	lost       error // set, under the session's lock, when the lock ended
 	once       sync.Once
 	relErr     error
+	written    *Record // the record ReleaseWithRecord wrote
+	// records are the records of the lock's names as they stood at the
+	// grant (record.go); recordsKnown is false while a grant learned from
+	// a sync (which does not carry them) has not had them read.
+	records      []Record
+	recordsKnown bool
 }
 
 // Name is the (first) name the lock holds.
@@ -178,6 +192,12 @@ func (c *lockCtx) Value(key any) any {
 // context is cancelled with ErrStolen, not ErrReleased (and Request returns
 // an error matching ErrStolen, as if the holder had heard in time).
 func (l *Lock) Release(ctx context.Context) error {
+	return l.end(ctx, nil)
+}
+
+// end releases the lock, with the record write rec when it is not nil
+// (ReleaseWithRecord): Release's work, done once for both.
+func (l *Lock) end(ctx context.Context, rec *pb.SetRecordRequest) error {
 	l.once.Do(func() {
 		l.s.mu.Lock()
 		lost := l.lost
@@ -195,7 +215,34 @@ func (l *Lock) Release(ctx context.Context) error {
 			}
 			return err
 		}
+		if rec != nil {
+			release = func(ctx context.Context, lc pb.LocksClient) error {
+				rec.AckBelow = l.s.ackBelow()
+				resp, err := lc.SetRecord(ctx, rec)
+				if err == nil {
+					l.s.c.seen(resp.Index)
+					answered = resp.Status
+					l.written = recordOf(resp.Record)
+				}
+				return err
+			}
+		}
 		err := l.s.c.call(ctx, release)
+		if rec != nil && errors.Is(err, ErrNotHolder) {
+			// The lock was lost before the release reached the cluster
+			// (stolen, expired): nothing was written, and the holder hears
+			// of the loss now, as Release finds a theft.
+			l.relErr = err
+			l.s.mu.Lock()
+			if l.lost == nil {
+				l.lost = fmt.Errorf("%w: %w", ErrAborted, err)
+			}
+			lost := l.lost
+			l.s.mu.Unlock()
+			l.cancel(lost)
+			l.s.forget(l.r)
+			return
+		}
 		if errors.Is(err, ErrSessionClosed) {
 			// The session ended before the release: the lock was lost (the
 			// cluster expired it), and the holder must hear of it.
@@ -263,6 +310,11 @@ type request struct {
 	known     uint64 // the Raft index of the newest news of it
 	abandoned bool   // its caller gave up: release it if it is granted
 	lock      *Lock  // set once granted
+	// grantRecords are the records the grant carried (LockResponse or
+	// GRANTED event), set before the grant is applied; recordsKnown says
+	// whether the grant came with them (a sync's does not).
+	grantRecords []Record
+	recordsKnown bool
 }
 
 type outcome struct {
@@ -287,7 +339,8 @@ func (r *request) finish(o outcome) {
 		o.err = o.lost
 	}
 	if o.err == nil {
-		l := &Lock{s: r.s, r: r, names: r.names, mode: r.mode, token: o.token, acquiredAt: o.acquiredAt}
+		l := &Lock{s: r.s, r: r, names: r.names, mode: r.mode, token: o.token, acquiredAt: o.acquiredAt,
+			records: r.grantRecords, recordsKnown: r.recordsKnown}
 		var inner context.Context
 		inner, l.cancel = context.WithCancelCause(r.parent)
 		l.ctx = &lockCtx{Context: inner, s: r.s, cancel: l.cancel}
@@ -391,6 +444,7 @@ func (s *clientSession) event(e *pb.Event) {
 	r.known = max(r.known, e.Index)
 	switch e.Kind {
 	case pb.Event_GRANTED:
+		r.grantRecords, r.recordsKnown = recordsOf(e.Records), true
 		s.apply(r, pb.Status_STATUS_GRANTED, e.Token, e.AcquiredAt.AsTime(), 0, "")
 	case pb.Event_NOT_AVAILABLE:
 		s.apply(r, pb.Status_STATUS_NOT_AVAILABLE, 0, time.Time{}, 0, "")

@@ -47,8 +47,9 @@ func (s *clientSession) persist(f func(context.Context, pb.LocksClient) error) e
 
 // final reports whether err is an answer about the lock or the session
 // that sending the call again cannot change: the session has ended (its
-// locks with it), the call is malformed, or it is not allowed.
+// locks with it), the call is malformed, or it is not allowed (a record
+// write by a lock that is no longer held).
 func final(err error) bool {
 	return errors.Is(err, ErrSessionClosed) || errors.Is(err, ErrInvalid) ||
-		errors.Is(err, ErrPermission) || errors.Is(err, ErrNotSupported)
+		errors.Is(err, ErrPermission) || errors.Is(err, ErrNotSupported) || errors.Is(err, ErrNotHolder)
 }

@@ -90,6 +90,9 @@ func (c *Client) acquire(ctx, parent context.Context, name string, opts Options)
 	if opts.Mode != Exclusive && opts.Mode != Shared { // a TypeError at the IDL boundary
 		return nil, &Error{Name: "TypeError", Code: codes.InvalidArgument, Reason: pb.ErrorReason_INVALID, Message: fmt.Sprintf("mode %s of request for %q is neither Exclusive nor Shared", opts.Mode, name)}
 	}
+	if err := checkMaxHolders(name, opts); err != nil {
+		return nil, err
+	}
 	if ctx.Err() != nil { // spec §3.2.1 step 9: nothing is sent
 		return nil, aborted(context.Cause(ctx))
 	}
@@ -113,7 +116,7 @@ func (c *Client) acquire(ctx, parent context.Context, name string, opts Options)
 		IfAvailable: opts.IfAvailable, Steal: opts.Steal,
 		// A Go request always has a context, its AbortSignal; requests that
 		// never wait (ifAvailable, steal) have nothing to abort.
-		Signal: !opts.IfAvailable && !opts.Steal}
+		Signal: !opts.IfAvailable && !opts.Steal, MaxHolders: uint32(opts.MaxHolders)}
 	var resp *pb.LockResponse
 	err = c.call(ctx, func(ctx context.Context, lc pb.LocksClient) error {
 		req.AckBelow = s.ackBelow()
@@ -145,6 +148,9 @@ func (c *Client) acquire(ctx, parent context.Context, name string, opts Options)
 	c.seen(resp.Index)
 	s.mu.Lock()
 	r.known = max(r.known, resp.Index)
+	if resp.Status == pb.Status_STATUS_GRANTED {
+		r.grantRecords, r.recordsKnown = recordsOf(resp.Records), true
+	}
 	s.apply(r, resp.Status, resp.Token, resp.AcquiredAt.AsTime(), resp.Cause, resp.Reason)
 	s.mu.Unlock()
 	if resp.Status == pb.Status_STATUS_QUEUED && opts.OnQueued != nil {
@@ -163,7 +169,11 @@ func (c *Client) acquire(ctx, parent context.Context, name string, opts Options)
 				return nil, aborted(context.Cause(ctx))
 			}
 		}
-		return s.result(r, o)
+		l, err := s.result(r, o)
+		if err == nil {
+			err = c.grantRecords(ctx, l)
+		}
+		return l, err
 	case <-ctx.Done():
 		return nil, s.abort(ctx, r)
 	}
@@ -258,12 +268,17 @@ type LockInfo struct {
 	Token       uint64    `json:"token,omitempty"`
 	AcquiredAt  time.Time `json:"acquiredAt,omitzero"`
 	RequestedAt time.Time `json:"requestedAt,omitzero"`
+	// MaxHolders is a shared request's semaphore size (0: unlimited).
+	MaxHolders int `json:"maxHolders,omitempty"`
 }
 
-// Snapshot is the spec's LockManagerSnapshot.
+// Snapshot is the spec's LockManagerSnapshot, with the records of the
+// names it shows.
 type Snapshot struct {
 	Held    []LockInfo `json:"held"`
 	Pending []LockInfo `json:"pending"`
+	// Records are the records of the names held or pending, by name.
+	Records []Record `json:"records,omitempty"`
 }
 
 // Query returns a linearizable snapshot of the namespace's held and pending
@@ -291,21 +306,22 @@ func (c *Client) Query(ctx context.Context) (Snapshot, error) {
 		return Snapshot{}, err
 	}
 	c.seen(resp.Index)
-	conv := func(in []*pb.LockInfo) []LockInfo {
-		out := make([]LockInfo, len(in))
-		for i, l := range in {
-			out[i] = LockInfo{Name: l.Name, Mode: Mode(l.Mode).String(), ClientID: l.ClientId, Label: l.Label, SessionID: l.SessionId,
-				RequestID: l.RequestId, Token: l.Token}
-			if l.AcquiredAt != nil {
-				out[i].AcquiredAt = l.AcquiredAt.AsTime()
-			}
-			if l.RequestedAt != nil {
-				out[i].RequestedAt = l.RequestedAt.AsTime()
-			}
+	return Snapshot{Held: lockInfos(resp.Held), Pending: lockInfos(resp.Pending), Records: recordsOf(resp.Records)}, nil
+}
+
+func lockInfos(in []*pb.LockInfo) []LockInfo {
+	out := make([]LockInfo, len(in))
+	for i, l := range in {
+		out[i] = LockInfo{Name: l.Name, Mode: Mode(l.Mode).String(), ClientID: l.ClientId, Label: l.Label, SessionID: l.SessionId,
+			RequestID: l.RequestId, Token: l.Token, MaxHolders: int(l.MaxHolders)}
+		if l.AcquiredAt != nil {
+			out[i].AcquiredAt = l.AcquiredAt.AsTime()
 		}
-		return out
+		if l.RequestedAt != nil {
+			out[i].RequestedAt = l.RequestedAt.AsTime()
+		}
 	}
-	return Snapshot{Held: conv(resp.Held), Pending: conv(resp.Pending)}, nil
+	return out
 }
 
 // queryPages reads a QueryPages stream to its end and puts the pages
@@ -334,6 +350,7 @@ func queryPages(ctx context.Context, lc pb.LocksClient, req *pb.QueryRequest) (*
 		default:
 			whole.Held = append(whole.Held, p.Held...)
 			whole.Pending = append(whole.Pending, p.Pending...)
+			whole.Records = append(whole.Records, p.Records...)
 		}
 	}
 }

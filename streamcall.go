@@ -13,7 +13,7 @@ import (
 )
 
 // When the node a session stream is attached to takes calls (its Synced
-// says so), the session's requests, releases and aborts travel on that
+// says so), the session's requests, releases, aborts and record writes travel on that
 // stream (StreamCall, answered by a CallReply of the same id) instead of
 // as unary calls: a lock and its release cost no round trip of their own.
 // Everything else, and every call when the stream is down or on another
@@ -109,7 +109,7 @@ func replyErr(e *pb.CallError) error {
 	return st.Err()
 }
 
-// streamLocks is a LocksClient whose Request, Release and Abort of the
+// streamLocks is a LocksClient whose Request, Release, Abort and SetRecord of the
 // caller's session go on its stream; everything else is unary.
 type streamLocks struct {
 	pb.LocksClient
@@ -138,6 +138,14 @@ func (l streamLocks) Abort(ctx context.Context, in *pb.AbortRequest, opts ...grp
 	}
 	r, err := l.k.do(ctx, &pb.StreamCall{Call: &pb.StreamCall_Abort{Abort: in}})
 	return replyOf(r, err, (*pb.CallReply).GetAbort)
+}
+
+func (l streamLocks) SetRecord(ctx context.Context, in *pb.SetRecordRequest, opts ...grpc.CallOption) (*pb.SetRecordResponse, error) {
+	if in.SessionId != l.k.session {
+		return l.LocksClient.SetRecord(ctx, in, opts...)
+	}
+	r, err := l.k.do(ctx, &pb.StreamCall{Call: &pb.StreamCall_SetRecord{SetRecord: in}})
+	return replyOf(r, err, (*pb.CallReply).GetSetRecord)
 }
 
 func replyOf[T any](r *pb.CallReply, err error, get func(*pb.CallReply) *T) (*T, error) {
