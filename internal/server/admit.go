@@ -107,17 +107,18 @@ func (s *Server) admit(ctx context.Context, cmd fsm.Command, secret []byte) erro
 	}
 	perr := s.m.Precheck(cmd)
 	rated := false
-	if rel, ok := cmd.(*fsm.Release); ok && perr != nil {
-		// A release of a request id this node has no record of: final
-		// only once the node holds every entry the caller may have seen
-		// (precheckRelease). The read barrier is charged to the session's
-		// write rate, as the entry it saves would have been.
+	if perr != nil && releaseLike(cmd) {
+		// A release (or record write) of a request id this node has no
+		// record of: final only once the node holds every entry the
+		// caller may have seen (precheckRelease). The read barrier is
+		// charged to the session's write rate, as the entry it saves
+		// would have been.
 		if err := s.sessionRate(ns, id); err != nil {
 			return err
 		}
 		rated = true
 		var err error
-		if perr, err = s.precheckRelease(ctx, rel); err != nil {
+		if perr, err = s.precheckRelease(ctx, cmd); err != nil {
 			return err
 		}
 	}
@@ -158,7 +159,7 @@ func (s *Server) sessionRate(ns string, id uint64) error {
 // Apply would give (a request still in flight is ordered after the
 // release). It returns Precheck's answer then, or the barrier's error
 // (errors.Is raftnode.ErrNotLeader on a follower: the caller forwards).
-func (s *Server) precheckRelease(ctx context.Context, c *fsm.Release) (*fsm.Error, error) {
+func (s *Server) precheckRelease(ctx context.Context, c fsm.Command) (*fsm.Error, error) {
 	node := s.replica()
 	if node == nil {
 		return nil, toStatus(raftnode.ErrShutdown)
@@ -167,6 +168,17 @@ func (s *Server) precheckRelease(ctx context.Context, c *fsm.Release) (*fsm.Erro
 		return nil, err
 	}
 	return s.m.Precheck(c), nil
+}
+
+// releaseLike reports whether cmd acts on a request the caller was
+// granted, which a lagging node may not know yet: a release, or a record
+// write under a grant.
+func releaseLike(cmd fsm.Command) bool {
+	switch cmd.(type) {
+	case *fsm.Release, *fsm.SetRecord:
+		return true
+	}
+	return false
 }
 
 // pace waits before a limit refusal of namespace ns once the namespace is
@@ -197,6 +209,8 @@ func namespaceOf(cmd fsm.Command) string {
 	case *fsm.Release:
 		return c.Namespace
 	case *fsm.Abort:
+		return c.Namespace
+	case *fsm.SetRecord:
 		return c.Namespace
 	}
 	return ""

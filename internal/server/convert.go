@@ -58,7 +58,42 @@ func eventToPB(index uint64, e fsm.Event) *pb.Event {
 	return &pb.Event{
 		Seq: e.Seq, Index: index, Kind: kindToPB[e.Kind], RequestId: e.RequestID, Names: e.Names,
 		Mode: modeToPB(e.Mode), Token: e.Token, AcquiredAt: ts(e.AcquiredAt), Cause: causeToPB[e.Cause], Reason: e.Reason,
+		Records: recordsToPB(e.Records),
 	}
+}
+
+func recordToPB(r fsm.Record) *pb.Record {
+	return &pb.Record{Name: r.Name, Value: r.Value, Token: r.Token, WrittenAt: ts(r.Time), Index: r.Index}
+}
+
+// recordsToPB is nil for none, so that a message without records encodes
+// as before.
+func recordsToPB(rs []fsm.Record) []*pb.Record {
+	if len(rs) == 0 {
+		return nil
+	}
+	out := make([]*pb.Record, len(rs))
+	for i, r := range rs {
+		out[i] = recordToPB(r)
+	}
+	return out
+}
+
+var changeKindToPB = map[fsm.ChangeKind]pb.Change_Kind{
+	fsm.ChangeGranted: pb.Change_GRANTED, fsm.ChangeQueued: pb.Change_QUEUED, fsm.ChangeReleased: pb.Change_RELEASED,
+	fsm.ChangeAborted: pb.Change_ABORTED, fsm.ChangeStolen: pb.Change_STOLEN, fsm.ChangeSessionEnded: pb.Change_SESSION_ENDED,
+	fsm.ChangeRecordSet: pb.Change_RECORD_SET, fsm.ChangeRecordDeleted: pb.Change_RECORD_DELETED,
+}
+
+func changeToPB(c *fsm.Change) *pb.Change {
+	out := &pb.Change{
+		Kind: changeKindToPB[c.Kind], Names: c.Names, Mode: modeToPB(c.Mode), SessionId: c.Session, RequestId: c.RequestID,
+		ClientId: c.ClientID, Label: c.Label, Token: c.Token, Cause: causeToPB[c.Cause], Reason: c.Reason, MaxHolders: c.MaxHolders,
+	}
+	if c.Record != nil {
+		out.Record = recordToPB(*c.Record)
+	}
+	return out
 }
 
 func requestStateToPB(r fsm.RequestState) *pb.RequestState {
@@ -72,5 +107,6 @@ func lockInfoToPB(l fsm.LockInfo) *pb.LockInfo {
 	return &pb.LockInfo{
 		Name: l.Name, Mode: modeToPB(l.Mode), ClientId: l.ClientID, Label: l.Label, SessionId: l.Session,
 		RequestId: l.RequestID, Token: l.Token, AcquiredAt: ts(l.AcquiredAt), RequestedAt: ts(l.RequestedAt),
+		MaxHolders: l.MaxHolders,
 	}
 }

@@ -88,7 +88,7 @@ func (s *Server) Request(ctx context.Context, req *pb.LockRequest) (*pb.LockResp
 		return resp, nil
 	}
 	cmd := &fsm.Request{Session: req.SessionId, Namespace: req.Namespace, RequestID: req.RequestId, Names: req.Names, Mode: mode,
-		IfAvailable: req.IfAvailable, Steal: req.Steal, Signal: req.Signal, AckBelow: req.AckBelow}
+		IfAvailable: req.IfAvailable, Steal: req.Steal, Signal: req.Signal, AckBelow: req.AckBelow, MaxHolders: req.MaxHolders}
 	ap, idx, fwd, err := write(s, ctx, cmd, req.SessionSecret, func(ctx context.Context, c pb.LocksClient) (*pb.LockResponse, error) {
 		return c.Request(ctx, req)
 	})
@@ -98,7 +98,7 @@ func (s *Server) Request(ctx context.Context, req *pb.LockRequest) (*pb.LockResp
 	r := ap.Result
 	s.cfg.Observer.Requested(req.Namespace, req.SessionId, req.RequestId, start, r)
 	return &pb.LockResponse{Status: statusToPB[r.Status], Token: r.Token, AcquiredAt: ts(r.AcquiredAt), Duplicate: r.Duplicate,
-		Index: idx, Cause: causeToPB[r.Cause], Reason: r.Reason}, nil
+		Index: idx, Cause: causeToPB[r.Cause], Reason: r.Reason, Records: recordsToPB(r.Records)}, nil
 }
 
 func (s *Server) Release(ctx context.Context, req *pb.ReleaseRequest) (*pb.ReleaseResponse, error) {

@@ -42,7 +42,7 @@ func fieldSize(m proto.Message) int {
 // client said it assembles them (chunked), in pieces of about pageBytes of
 // requests, each with the sync's index, event seq, TTL and calls, every
 // one but the last with more set.
-func sendSynced(stream pb.Locks_SessionServer, synced *pb.Synced, chunked bool) error {
+func sendSynced(stream sendStream[pb.SessionDown], synced *pb.Synced, chunked bool) error {
 	send := func(m *pb.Synced) error {
 		return stream.Send(&pb.SessionDown{Kind: &pb.SessionDown_Synced{Synced: m}})
 	}
@@ -83,34 +83,36 @@ func (s *Server) query(ns string) *pb.QueryResponse {
 	for i, l := range q.Pending {
 		out.Pending[i] = lockInfoToPB(l)
 	}
+	out.Records = recordsToPB(q.Records)
 	return out
 }
 
-// queryPages splits a Query answer into pages of about pageBytes of locks,
-// held ones first, then pending ones, each page with the answer's index.
-// There is always at least one page.
+// queryPages splits a Query answer into pages of about pageBytes of locks
+// and records, held ones first, then pending ones, then the records, each
+// page with the answer's index. There is always at least one page.
 func queryPages(q *pb.QueryResponse) []*pb.QueryResponse {
 	pages := []*pb.QueryResponse{{Index: q.Index}}
 	size := 0
-	add := func(l *pb.LockInfo, held bool) {
+	page := func(sz int) *pb.QueryResponse {
 		p := pages[len(pages)-1]
-		sz := fieldSize(l)
 		if size > 0 && size+sz > pageBytes {
 			p = &pb.QueryResponse{Index: q.Index}
 			pages, size = append(pages, p), 0
 		}
 		size += sz
-		if held {
-			p.Held = append(p.Held, l)
-		} else {
-			p.Pending = append(p.Pending, l)
-		}
+		return p
 	}
 	for _, l := range q.Held {
-		add(l, true)
+		p := page(fieldSize(l))
+		p.Held = append(p.Held, l)
 	}
 	for _, l := range q.Pending {
-		add(l, false)
+		p := page(fieldSize(l))
+		p.Pending = append(p.Pending, l)
+	}
+	for _, r := range q.Records {
+		p := page(fieldSize(r))
+		p.Records = append(p.Records, r)
 	}
 	return pages
 }

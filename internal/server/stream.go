@@ -97,9 +97,9 @@ func (s *Server) Session(stream pb.Locks_SessionServer) error {
 	// a stream the hub cuts, a stream replaced by a newer attach, or one
 	// whose client has not taken a message for streamSendTimeout ends at
 	// once, and what it held is freed, even if its client never reads.
-	out := newSender(stream, s.cfg.StreamSendTimeout)
+	out := newSender[pb.SessionDown](stream, s.cfg.StreamSendTimeout)
 	defer out.stop()
-	out.start(func(stream pb.Locks_SessionServer) error {
+	out.start(func(stream sendStream[pb.SessionDown]) error {
 		return sendSynced(stream, synced, at.ChunkedSync) // in pieces if the client assembles them (pages.go)
 	})
 	// How the stream ends once the batch in flight is sent, if it does:

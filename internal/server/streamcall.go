@@ -14,7 +14,7 @@ import (
 	"github.com/lockcluster/lockcluster/fsm"
 )
 
-// Requests, releases and aborts may travel on the session's stream
+// Requests, releases, aborts and record writes may travel on the session's stream
 // instead of as unary calls (StreamCall, answered by a CallReply): a lock
 // and its release then cost no unary round trip each. A stream call runs
 // the same handler as the unary call, through the same interceptors
@@ -70,8 +70,11 @@ func (s *Server) streamCall(ctx context.Context, at *pb.Attach, call *pb.StreamC
 	case *pb.StreamCall_Abort:
 		req, ns, id, method = c.Abort, c.Abort.GetNamespace(), c.Abort.GetSessionId(), pb.Locks_Abort_FullMethodName
 		h = func(ctx context.Context, req any) (any, error) { return s.Abort(ctx, req.(*pb.AbortRequest)) }
+	case *pb.StreamCall_SetRecord:
+		req, ns, id, method = c.SetRecord, c.SetRecord.GetNamespace(), c.SetRecord.GetSessionId(), pb.Locks_SetRecord_FullMethodName
+		h = func(ctx context.Context, req any) (any, error) { return s.SetRecord(ctx, req.(*pb.SetRecordRequest)) }
 	default:
-		return nil, invalidField("call", "a stream call carries a request, a release or an abort")
+		return nil, invalidField("call", "a stream call carries a request, a release, an abort or a record write")
 	}
 	if ns != at.Namespace || id != at.SessionId {
 		// The stream's credentials were checked for the attach's
@@ -99,6 +102,8 @@ func callReply(id uint64, resp any, err error) *pb.CallReply {
 		r.Reply = &pb.CallReply_Release{Release: v}
 	case *pb.AbortResponse:
 		r.Reply = &pb.CallReply_Abort{Abort: v}
+	case *pb.SetRecordResponse:
+		r.Reply = &pb.CallReply_SetRecord{SetRecord: v}
 	}
 	if err != nil || r.Reply == nil {
 		if err == nil {

@@ -36,8 +36,12 @@ import (
 // long before. A slow client that keeps taking messages is not cut by it.
 const DefaultStreamSendTimeout = 30 * time.Second
 
-type sender struct {
-	stream pb.Locks_SessionServer // counts what it sends
+// sendStream is the sending side of a server stream of messages M: a
+// session stream's (pb.SessionDown) or a watch's (pb.WatchResponse).
+type sendStream[M any] interface{ Send(*M) error }
+
+type sender[M any] struct {
+	stream sendStream[M] // counts what it sends
 	wait   time.Duration
 	done   chan error // the batch in flight's outcome
 	timer  *time.Timer
@@ -48,23 +52,23 @@ type sender struct {
 	at   uint64
 }
 
-func newSender(stream pb.Locks_SessionServer, wait time.Duration) *sender {
+func newSender[M any](stream sendStream[M], wait time.Duration) *sender[M] {
 	if wait <= 0 {
 		wait = DefaultStreamSendTimeout
 	}
 	t := time.NewTimer(wait)
 	t.Stop()
 	sent := &atomic.Uint64{}
-	return &sender{stream: countingStream{stream, sent}, wait: wait, done: make(chan error, 1), timer: t, sent: sent}
+	return &sender[M]{stream: countingStream[M]{stream, sent}, wait: wait, done: make(chan error, 1), timer: t, sent: sent}
 }
 
 // send starts sending msgs, in order, unless they are none; the outcome
 // arrives on done. One batch at a time: the caller waits for done first.
-func (w *sender) send(msgs []*pb.SessionDown) {
+func (w *sender[M]) send(msgs []*M) {
 	if len(msgs) == 0 {
 		return
 	}
-	w.start(func(stream pb.Locks_SessionServer) error {
+	w.start(func(stream sendStream[M]) error {
 		for _, m := range msgs {
 			if err := stream.Send(m); err != nil {
 				return err
@@ -76,7 +80,7 @@ func (w *sender) send(msgs []*pb.SessionDown) {
 
 // start runs batch, which sends on the stream it is given, as the batch in
 // flight.
-func (w *sender) start(batch func(pb.Locks_SessionServer) error) {
+func (w *sender[M]) start(batch func(sendStream[M]) error) {
 	w.busy = true
 	w.at = w.sent.Load()
 	w.timer.Reset(w.wait)
@@ -84,7 +88,7 @@ func (w *sender) start(batch func(pb.Locks_SessionServer) error) {
 }
 
 // finished records that the batch in flight is done (its outcome was read).
-func (w *sender) finished() {
+func (w *sender[M]) finished() {
 	w.busy = false
 	w.timer.Stop()
 }
@@ -92,7 +96,7 @@ func (w *sender) finished() {
 // timeout fires once the batch in flight has run for w.wait since it
 // started or since expired last found it sending (never while none is in
 // flight).
-func (w *sender) timeout() <-chan time.Time {
+func (w *sender[M]) timeout() <-chan time.Time {
 	if !w.busy {
 		return nil
 	}
@@ -102,25 +106,25 @@ func (w *sender) timeout() <-chan time.Time {
 // expired is what timeout's firing means: nil if the batch sent a message
 // since the timer was armed (the timer is armed again), else the error the
 // stream ends with: the client has taken nothing for w.wait.
-func (w *sender) expired() error {
+func (w *sender[M]) expired() error {
 	if n := w.sent.Load(); n != w.at {
 		w.at = n
 		w.timer.Reset(w.wait)
 		return nil
 	}
-	return rpcerr.StreamBehind(fmt.Sprintf("the client has taken nothing of its session stream for %s: cut (reconnect to resynchronise)", w.wait))
+	return rpcerr.StreamBehind(fmt.Sprintf("the client has taken nothing of its stream for %s: cut (reconnect to resynchronise)", w.wait))
 }
 
-func (w *sender) stop() { w.timer.Stop() }
+func (w *sender[M]) stop() { w.timer.Stop() }
 
 // countingStream counts the messages sent on a stream.
-type countingStream struct {
-	pb.Locks_SessionServer
-	sent *atomic.Uint64
+type countingStream[M any] struct {
+	stream sendStream[M]
+	sent   *atomic.Uint64
 }
 
-func (s countingStream) Send(m *pb.SessionDown) error {
-	err := s.Locks_SessionServer.Send(m)
+func (s countingStream[M]) Send(m *M) error {
+	err := s.stream.Send(m)
 	if err == nil {
 		s.sent.Add(1)
 	}
