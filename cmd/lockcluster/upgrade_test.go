@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/lockcluster/lockcluster"
+	"github.com/lockcluster/lockcluster/fsm"
 	"github.com/lockcluster/lockcluster/internal/proccluster"
 	"github.com/lockcluster/lockcluster/internal/testutil"
 )
@@ -243,7 +244,7 @@ func TestUpgradeFromThePreviousReleaseUnderLoad(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			defer cancel()
 			st := a.Status(ctx)
-			return len(st) == 1 && st[0].Err == "" && st[0].Level == 2 && st[0].Version != previousVersion
+			return len(st) == 1 && st[0].Err == "" && st[0].Level == fsm.ProtocolLevel && st[0].Version != previousVersion
 		})
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
@@ -256,7 +257,7 @@ func TestUpgradeFromThePreviousReleaseUnderLoad(t *testing.T) {
 		var m lockcluster.Member
 		testutil.Eventually(t, 10*time.Second, "members to show "+n.ID+" upgraded", func() bool {
 			m = membersJSON(t, pc)[n.ID]
-			return m.Level == 2 && m.Version != previousVersion && m.Reachable
+			return m.Level == fsm.ProtocolLevel && m.Version != previousVersion && m.Reachable
 		})
 		ld.progress(t, 50, "after upgrading "+n.ID)
 	}
@@ -305,10 +306,10 @@ func TestUpgradeFromThePreviousReleaseUnderLoad(t *testing.T) {
 	}
 	ld.progress(t, 50, "after the upgrade")
 
-	// Every node runs this build at level 2, and the leader says the
+	// Every node runs this build at its level (fsm.ProtocolLevel), and the leader says the
 	// cluster does.
 	for id, m := range membersJSON(t, pc) {
-		if m.Level != 2 || m.Version == previousVersion {
+		if m.Level != fsm.ProtocolLevel || m.Version == previousVersion {
 			t.Errorf("after the upgrade, %s: version %q, level %d", id, m.Version, m.Level)
 		}
 	}
@@ -321,7 +322,7 @@ func TestUpgradeFromThePreviousReleaseUnderLoad(t *testing.T) {
 	for _, s := range sts {
 		if s.ClusterLevel != 0 {
 			leaders++
-			if s.ClusterLevel != 2 || s.State != "Leader" {
+			if s.ClusterLevel != fsm.ProtocolLevel || s.State != "Leader" {
 				t.Errorf("status of %s: cluster level %d, state %s", s.NodeID, s.ClusterLevel, s.State)
 			}
 		}
