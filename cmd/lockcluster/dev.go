@@ -21,7 +21,7 @@ import (
 
 func newDev() *cobra.Command {
 	var dataDir, host string
-	var nodes, basePort int
+	var nodes, basePort, watchHistory int
 	var useTLS bool
 	cmd := &cobra.Command{
 		Use:   "dev",
@@ -48,18 +48,22 @@ starting the other, or move dev with --base-port.`,
 			if basePort < 1 || basePort+10*nodes > 65535 {
 				return &exitError{code: exitUsage, msg: fmt.Sprintf("--base-port %d is out of range", basePort)}
 			}
-			return runDev(dataDir, host, nodes, basePort, useTLS)
+			if watchHistory < 0 {
+				return &exitError{code: exitUsage, msg: fmt.Sprintf("--watch-history %d: want a positive number of changes (0: serve's default)", watchHistory)}
+			}
+			return runDev(dataDir, host, nodes, basePort, useTLS, watchHistory)
 		},
 	}
 	cmd.Flags().StringVar(&dataDir, "data-dir", "", "keep the nodes' data here (default: a temporary directory, removed on exit)")
 	cmd.Flags().IntVar(&nodes, "nodes", 3, "how many nodes")
 	cmd.Flags().IntVar(&basePort, "base-port", 7700, "node i uses base+10i (gRPC), +1 (raft), +2 (HTTP)")
 	cmd.Flags().StringVar(&host, "host", "127.0.0.1", "the address the nodes listen on")
+	cmd.Flags().IntVar(&watchHistory, "watch-history", 0, "changes each node keeps for watches to resume from (serve's --watch-history; 0: its default)")
 	cmd.Flags().BoolVar(&useTLS, "tls", false, "create a CA and certificates in the data dir and run every link over (mutual) TLS")
 	return cmd
 }
 
-func runDev(dataDir, host string, n, base int, useTLS bool) error {
+func runDev(dataDir, host string, n, base int, useTLS bool, watchHistory int) error {
 	keep := dataDir != ""
 	if !keep {
 		d, err := os.MkdirTemp("", "lockcluster-dev-")
@@ -94,11 +98,15 @@ func runDev(dataDir, host string, n, base int, useTLS bool) error {
 	exits := make(chan *proccluster.Node, n)
 	c, err := proccluster.New(proccluster.Config{Bin: self, Nodes: n, Dir: dataDir, Keep: keep, LogDir: logDir, Host: host, BasePort: base,
 		Admin: admin, Extra: func(c *proccluster.Cluster, i int) []string {
+			var extra []string
+			if watchHistory > 0 {
+				extra = append(extra, fmt.Sprintf("--watch-history=%d", watchHistory))
+			}
 			if !useTLS {
-				return nil
+				return extra
 			}
 			id := c.Nodes[i].ID
-			return []string{"--tls-ca", tlsFiles.CA, "--tls-cert", filepath.Join(tlsDir, id+".crt"), "--tls-key", filepath.Join(tlsDir, id+".key")}
+			return append(extra, "--tls-ca", tlsFiles.CA, "--tls-cert", filepath.Join(tlsDir, id+".crt"), "--tls-key", filepath.Join(tlsDir, id+".key"))
 		},
 		OnExit: func(nd *proccluster.Node, _ error, _ bool) {
 			select {

@@ -52,6 +52,7 @@ type serveConfig struct {
 	streamsPerSession, streamsPerConn         int64 // streams.go
 	connsPerIP                                int64
 	connIdle                                  time.Duration
+	watchHistory                              int64
 	limits                                    limitSettings
 	auth                                      auth.Config // from the file's auth section only
 	tlsWatch                                  time.Duration
@@ -123,6 +124,7 @@ func (c *serveConfig) settings() []setting {
 		{key: "max-concurrent-streams", usage: "calls and streams one client connection may have open at once; a client's further ones wait (0: no limit)", num: &c.streamsPerConn},
 		{key: "max-conns-per-ip", usage: "client API connections open from one IP address; further ones are closed at once and counted in lockcluster_api_connections_refused_total (clients behind one NAT or proxy share it; 0: no limit)", num: &c.connsPerIP},
 		{key: "conn-idle-timeout", usage: "close a client API connection that has had no call or stream open this long; its client connects again when it next calls (0: never)", dur: &c.connIdle},
+		{key: "watch-history", usage: "changes this node keeps for watches to resume from (a watch that resumes from further back, or falls further behind, gets COMPACTED and starts again from a snapshot)", num: &c.watchHistory},
 		{key: "limit-name-bytes", usage: "cluster limit: bytes in a lock name", num: &c.limits.nameBytes},
 		{key: "limit-scope-names", usage: "cluster limit: names in one request", num: &c.limits.scopeNames},
 		{key: "limit-pending-per-session", usage: "cluster limit: queued requests of one session", num: &c.limits.pendingPerSession},
@@ -143,7 +145,7 @@ func defaultServeConfig() *serveConfig {
 		heartbeat: 500 * time.Millisecond, election: 500 * time.Millisecond, lease: 500 * time.Millisecond, logLevel: "info", logFormat: "text",
 		checkpointEvery: raftnode.DefaultCheckpointInterval, logStore: raftnode.LogStoreWAL, checkpointEntries: raftnode.DefaultCheckpointEntries,
 		maxMessage: 4 << 20, streamBacklog: server.DefaultStreamBacklogBytes, streamsPerSession: server.DefaultMaxStreamsPerSession,
-		streamsPerConn: node.DefaultMaxConcurrentStreams, connsPerIP: node.DefaultMaxConnsPerIP, connIdle: node.DefaultConnIdleTimeout, sessionRate: 5000, sessionBurst: 10000, auditRefusalInterval: server.DefaultAuditRefusalInterval,
+		streamsPerConn: node.DefaultMaxConcurrentStreams, connsPerIP: node.DefaultMaxConnsPerIP, connIdle: node.DefaultConnIdleTimeout, watchHistory: server.DefaultWatchHistory, sessionRate: 5000, sessionBurst: 10000, auditRefusalInterval: server.DefaultAuditRefusalInterval,
 		namespaceRate: 50000, namespaceBurst: 100000, namespaceBytesRate: 8 << 20, namespaceBytesBurst: 16 << 20, refusalRate: 1000, limits: defaultLimits(), gcHeadroom: "256MiB",
 		tlsWatch: 5 * time.Second}
 }
@@ -289,6 +291,10 @@ func (c *serveConfig) run() error {
 		return &exitError{code: exitUsage, msg: fmt.Sprintf("--stream-backlog-bytes=%d: want a positive size under 2 GiB", c.streamBacklog)}
 	}
 	cfg.Server.StreamBacklogBytes = int(c.streamBacklog)
+	if c.watchHistory <= 0 || c.watchHistory > math.MaxInt32 {
+		return &exitError{code: exitUsage, msg: fmt.Sprintf("--watch-history=%d: want a positive number of changes under 2^31", c.watchHistory)}
+	}
+	cfg.Server.WatchHistory = int(c.watchHistory)
 	if err := c.streamLimits(&cfg); err != nil {
 		return err
 	}

@@ -22,19 +22,29 @@ import (
 
 // FSM is the raft.BatchingFSM of one replica.
 type FSM struct {
-	m      *fsm.Machine
-	sink   func(index uint64, ap fsm.Applied)
-	fatal  func(index uint64, err error)
-	logger hclog.Logger
+	m        *fsm.Machine
+	sink     func(index uint64, time int64, ap fsm.Applied)
+	restored func(index uint64)
+	fatal    func(index uint64, err error)
+	logger   hclog.Logger
 }
 
 // Option configures an FSM.
 type Option func(*FSM)
 
 // WithSink sets the function called, on raft's FSM goroutine, with every
-// applied entry's result and events, in log order. It must not block for
-// long: it delays every later entry.
-func WithSink(f func(index uint64, ap fsm.Applied)) Option { return func(a *FSM) { a.sink = f } }
+// applied entry's index, leader time (fsm.Entry.Time) and result, events
+// and changes, in log order. It must not block for long: it delays every
+// later entry.
+func WithSink(f func(index uint64, time int64, ap fsm.Applied)) Option {
+	return func(a *FSM) { a.sink = f }
+}
+
+// WithRestored sets the function called, on raft's FSM goroutine, after a
+// snapshot was restored (at start, or installed from the leader), with the
+// machine's applied index from then on: no entry at or below it will be
+// applied. The watch history starts over from it (internal/server).
+func WithRestored(f func(index uint64)) Option { return func(a *FSM) { a.restored = f } }
 
 // withFatal sets what happens when a committed entry cannot be decoded. The
 // default logs the error and panics: a replica that skipped an entry would
@@ -65,13 +75,14 @@ func (a *FSM) Apply(l *raft.Log) interface{} {
 	if l.Type != raft.LogCommand {
 		return nil
 	}
-	ap, err := a.m.ApplyBytes(l.Index, l.Data)
+	e, err := fsm.DecodeEntry(l.Data)
 	if err != nil {
 		a.fatal(l.Index, err)
 		return nil
 	}
+	ap := a.m.Apply(l.Index, e)
 	if a.sink != nil {
-		a.sink(l.Index, ap)
+		a.sink(l.Index, e.Time, ap)
 	}
 	return ap
 }
@@ -108,7 +119,13 @@ var ErrSnapshotBusy = errors.New("another snapshot of the lock state is being en
 // kept and raft reports the error.
 func (a *FSM) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
-	return a.m.Restore(rc)
+	if err := a.m.Restore(rc); err != nil {
+		return err
+	}
+	if a.restored != nil {
+		a.restored(a.m.LastIndex())
+	}
+	return nil
 }
 
 type snapshot struct{ s *fsm.Snap }

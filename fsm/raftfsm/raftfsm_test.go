@@ -32,7 +32,12 @@ func (s *memSink) Close() error  { s.closed = true; return nil }
 
 func TestApplyBatchSinkAndSnapshot(t *testing.T) {
 	var seen []uint64
-	a := New(fsm.New(), WithSink(func(i uint64, ap fsm.Applied) { seen = append(seen, i) }))
+	a := New(fsm.New(), WithSink(func(i uint64, time int64, ap fsm.Applied) {
+		if time != 7 {
+			t.Errorf("entry %d: sink got time %d, want the entry's 7", i, time)
+		}
+		seen = append(seen, i)
+	}))
 	logs := []*raft.Log{
 		{Index: 1, Type: raft.LogCommand, Data: entry(t, &fsm.OpenSession{Namespace: "default", TTL: 10e9})},
 		{Index: 2, Type: raft.LogConfiguration},
@@ -64,12 +69,16 @@ func TestApplyBatchSinkAndSnapshot(t *testing.T) {
 		t.Fatalf("persist: %v closed=%v", err, sink.closed)
 	}
 	snap.Release()
-	b := New(fsm.New())
+	var restored []uint64
+	b := New(fsm.New(), WithRestored(func(i uint64) { restored = append(restored, i) }))
 	if err := b.Restore(io.NopCloser(bytes.NewReader(sink.Bytes()))); err != nil {
 		t.Fatal(err)
 	}
 	if twin.m.Digest() != b.m.Digest() || b.m.LastIndex() != 3 {
 		t.Fatalf("restored state is not the state at the snapshot's point (last index %d)", b.m.LastIndex())
+	}
+	if len(restored) != 1 || restored[0] != 3 {
+		t.Fatalf("the restore hook saw %v, want [3]: the snapshot's index", restored)
 	}
 	// A snapshot raft releases without persisting lets the next one begin.
 	snap, _ = a.Snapshot()
@@ -94,7 +103,7 @@ func TestCorruptEntryStopsTheNode(t *testing.T) {
 }
 
 func TestRestoreErrorKeepsState(t *testing.T) {
-	a := New(fsm.New())
+	a := New(fsm.New(), WithRestored(func(i uint64) { t.Errorf("the restore hook ran (index %d) for a failed restore", i) }))
 	a.Apply(&raft.Log{Index: 1, Type: raft.LogCommand, Data: entry(t, &fsm.OpenSession{Namespace: "default", TTL: 10e9})})
 	before := a.m.Digest()
 	if err := a.Restore(io.NopCloser(strings.NewReader("not a snapshot"))); err == nil {

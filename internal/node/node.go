@@ -169,6 +169,12 @@ func Start(cfg Config) (*Node, error) {
 func (n *Node) start() error {
 	cfg := n.cfg
 	n.machine = fsm.New()
+	// Watches stream the changes of every entry this node applies, from
+	// its start: the machine collects them, and the history keeps the
+	// recent ones, before raft restores its snapshot and applies its log
+	// (internal/server/watchhist.go).
+	n.machine.KeepChanges(true)
+	hist := server.NewWatchHistory(cfg.Server.WatchHistory)
 	n.metrics = metrics.New(n.machine, metrics.WithReplica(cfg.ID)) // before raft starts: it installs go-metrics' sink
 	self := fsm.Member{ID: cfg.ID, GRPCAddr: orElse(cfg.AdvertiseGRPC, n.grpcLis.Addr().String())}
 	if n.httpLis != nil {
@@ -177,7 +183,7 @@ func (n *Node) start() error {
 	// The raft address is known once the transport listens: Self is filled
 	// in after raftnode.New, before the server runs.
 	scfg := n.cfg.Server
-	scfg.Machine, scfg.Logger, scfg.Observer = n.machine, n.log.Named("api"), n.metrics
+	scfg.Machine, scfg.Logger, scfg.Observer, scfg.History = n.machine, n.log.Named("api"), n.metrics, hist
 	scfg.IsAdmin = n.adminCall() // nil with auth off: no caller is an admin
 	scfg.NodeIdentity = n.authz.NodeIdentity
 	// Calls on session streams pass the interceptors unary calls pass.
@@ -189,7 +195,11 @@ func (n *Node) start() error {
 	// level: the floor below which no member runs (server/level.go).
 	rcfg.BootstrapStamp = uint64(orDefault(scfg.ProtocolLevel, fsm.ProtocolLevel))
 	srvHolder := &sinkHolder{}
-	adapter := raftfsm.New(n.machine, raftfsm.WithSink(func(i uint64, ap fsm.Applied) { n.metrics.Applied(i, ap); srvHolder.apply(i, ap) }), raftfsm.WithLogger(n.log.Named("fsm")))
+	adapter := raftfsm.New(n.machine, raftfsm.WithSink(func(i uint64, t int64, ap fsm.Applied) {
+		n.metrics.Applied(i, ap)
+		hist.Append(i, t, ap.Changes)
+		srvHolder.apply(i, ap)
+	}), raftfsm.WithRestored(hist.Restored), raftfsm.WithLogger(n.log.Named("fsm")))
 	var err error
 	if n.raft, err = raftnode.New(rcfg, adapter); err != nil {
 		return fmt.Errorf("node: %w", err)
@@ -259,7 +269,8 @@ func (n *Node) start() error {
 // sinkHolder lets the raft adapter, built before the server, deliver to it.
 // Entries applied before the server exists (log replay at start) are only
 // published once the server is set; the server reads the machine's state
-// when it needs it, so nothing is lost.
+// when it needs it, so nothing is lost. (The watch history, which needs
+// every entry's changes, is fed directly: it exists before raft.)
 type sinkHolder struct {
 	mu  sync.RWMutex
 	srv *server.Server

@@ -49,6 +49,7 @@ type fakeReplica struct {
 	addr    string // its "raft" address
 	m       *fsm.Machine
 	sink    func(uint64, fsm.Applied)
+	hist    *WatchHistory // fed as internal/node's raft adapter feeds it
 	applied uint64
 	held    bool
 	subs    map[chan bool]struct{}
@@ -67,11 +68,15 @@ var _ Replica = (*fakeReplica)(nil)
 func (r *fakeReplica) catchUpLocked() {
 	for r.applied < uint64(len(r.log.entries)) {
 		i := r.applied + 1
-		ap, err := r.m.ApplyBytes(i, r.log.entries[i-1])
+		e, err := fsm.DecodeEntry(r.log.entries[i-1])
 		if err != nil {
 			panic(fmt.Sprintf("fake replica %s: entry %d does not apply: %v", r.id, i, err))
 		}
+		ap := r.m.Apply(i, e)
 		r.applied = i
+		if r.hist != nil {
+			r.hist.Append(i, e.Time, ap.Changes)
+		}
 		if r.sink != nil {
 			r.sink(i, ap)
 		}
@@ -335,6 +340,7 @@ func newFakeCluster(t testing.TB, n int, o fakeOptions) *fakeCluster {
 	for i := 1; i <= n; i++ {
 		id := fmt.Sprintf("n%d", i)
 		m := fsm.New()
+		m.KeepChanges(true)
 		cfg := Config{Machine: m, Self: fsm.Member{ID: id, RaftAddr: "raft-" + id, GRPCAddr: "passthrough:///api-" + id},
 			Now: fc.clock.Now, DialOptions: opts, SessionTick: 2 * time.Millisecond, HeartbeatFlush: time.Millisecond}
 		if testing.Verbose() {
@@ -344,7 +350,7 @@ func newFakeCluster(t testing.TB, n int, o fakeOptions) *fakeCluster {
 			o.configure(&cfg)
 		}
 		srv := New(cfg)
-		rep := &fakeReplica{log: fc.log, id: id, addr: "raft-" + id, m: m, sink: srv.Apply, subs: map[chan bool]struct{}{}}
+		rep := &fakeReplica{log: fc.log, id: id, addr: "raft-" + id, m: m, sink: srv.Apply, hist: srv.History(), subs: map[chan bool]struct{}{}}
 		fc.log.reps = append(fc.log.reps, rep)
 		touches, forwarded := fc.touches[id], fc.forwarded[id]
 		down := &atomic.Bool{}

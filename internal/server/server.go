@@ -104,6 +104,19 @@ type Config struct {
 	// itself at (default fsm.ProtocolLevel; level.go). Only tests set it,
 	// to play a node of an older release: a node never proposes above it.
 	ProtocolLevel int
+	// WatchHistory is how many changes the node keeps for watches to
+	// resume from (default DefaultWatchHistory; watchhist.go).
+	WatchHistory int
+	// History is the watch history, which whoever applies the entries
+	// feeds (WatchHistory.Append after every entry, Restored after a
+	// snapshot is restored) from before the first entry is applied, with
+	// the machine keeping its changes (fsm.Machine.KeepChanges):
+	// internal/node does, from its raft adapter. nil: New makes one of
+	// WatchHistory changes, which the caller feeds through History().
+	History *WatchHistory
+	// WatchProgressInterval is how long a watch sends nothing before it
+	// says how far it has got (default DefaultWatchProgressInterval).
+	WatchProgressInterval time.Duration
 	// BootstrapLevel is the protocol level of the release that bootstrapped
 	// this cluster, when this node bootstrapped it (raftnode's
 	// BootstrapStamp); 0 when unknown. A member the leader has not heard
@@ -154,6 +167,8 @@ type Server struct {
 	member     memberState          // member.go: member-only calls, the cluster secret
 	reload     reloadState          // reload.go: settings a reload changed
 	streams    atomic.Int64         // session streams attached, their handlers running (stream.go)
+	hist       *WatchHistory        // watchhist.go
+	watches    atomic.Int64         // watches served (watch.go)
 	log        hclog.Logger
 	done       chan struct{} // closed when Run returns: streams end
 }
@@ -177,6 +192,10 @@ func New(cfg Config) *Server {
 		cfg.DialOptions = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
 	}
 	s := &Server{cfg: cfg, m: cfg.Machine, log: cfg.Logger, done: make(chan struct{})}
+	s.hist = cfg.History
+	if s.hist == nil {
+		s.hist = NewWatchHistory(cfg.WatchHistory)
+	}
 	s.members.s = s
 	s.reload.limitsChanged = make(chan struct{}, 1)
 	queue := cfg.AttachQueue
@@ -218,6 +237,9 @@ func (s *Server) Apply(index uint64, ap fsm.Applied) {
 	}
 	s.hub.publish(index, ap)
 }
+
+// History is the watch history this server streams watches from (Config.History).
+func (s *Server) History() *WatchHistory { return s.hist }
 
 // Register registers the Locks and Cluster services on g.
 func (s *Server) Register(g *grpc.Server) {

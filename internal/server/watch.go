@@ -1,0 +1,301 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+
+	pb "github.com/lockcluster/lockcluster/api/lockclusterv1"
+	"github.com/lockcluster/lockcluster/fsm"
+	"github.com/lockcluster/lockcluster/internal/logsafe"
+	"github.com/lockcluster/lockcluster/internal/rpcerr"
+	"github.com/lockcluster/lockcluster/raftnode"
+)
+
+// Watch (SPEC §13) streams a namespace's changes, as this node applies
+// them, from its watch history (watchhist.go). Any node serves a watch:
+//
+//   - Without from_index, the watch starts with a linearizable snapshot
+//     of the selection: on the leader after a read barrier, as Query; on
+//     a follower once it has applied the index a read on the leader
+//     (GetRecord, forwarded) was made at. The snapshot is read at one
+//     applied index I (fsm.Machine.QueryMatching), sent in pieces of about
+//     pageBytes, and followed by every change after I.
+//   - With from_index F, every change after F, none before; F older than
+//     the history's oldest index fails at once, COMPACTED.
+//
+// The changes of one entry go in one WatchChanges. When nothing was sent
+// for Config.WatchProgressInterval, a WatchProgress says how far the watch
+// has got, so that a client that moves resumes from there. A watch whose
+// cursor the history overwrote (its client took too little, too slowly)
+// is cut with COMPACTED; one whose client takes nothing for
+// Config.StreamSendTimeout is cut as a session stream is (streamsend.go).
+
+// DefaultWatchProgressInterval is how long a watch sends nothing before it
+// sends a WatchProgress, unless Config.WatchProgressInterval says otherwise.
+const DefaultWatchProgressInterval = time.Second
+
+// maxWatchNames bounds the names a watch may list.
+const maxWatchNames = 1024
+
+// watchRound bounds the changes a watch takes from the history at once:
+// a batch of messages in flight to its client.
+const watchRound = 4096
+
+// selection is which changes of a namespace a watch streams.
+type selection struct {
+	ns     string
+	all    bool
+	prefix string
+	names  map[string]struct{}
+}
+
+// matchName reports whether the selection covers name (QueryMatching's
+// match: nil for every name).
+func (sel *selection) matchName() func(string) bool {
+	switch {
+	case sel.all:
+		return nil
+	case sel.names != nil:
+		return func(n string) bool { _, ok := sel.names[n]; return ok }
+	}
+	return func(n string) bool { return strings.HasPrefix(n, sel.prefix) }
+}
+
+// matches reports whether a change goes to the watch: of its namespace,
+// with a name the selection covers; a change without names (a session's
+// end) only to a watch of every name.
+func (sel *selection) matches(c *fsm.Change) bool {
+	if c.Namespace != sel.ns {
+		return false
+	}
+	if sel.all {
+		return true
+	}
+	for _, n := range c.Names {
+		if sel.names != nil {
+			if _, ok := sel.names[n]; ok {
+				return true
+			}
+		} else if strings.HasPrefix(n, sel.prefix) {
+			return true
+		}
+	}
+	if c.Record != nil && len(c.Names) == 0 {
+		n := c.Record.Name
+		if sel.names != nil {
+			_, ok := sel.names[n]
+			return ok
+		}
+		return strings.HasPrefix(n, sel.prefix)
+	}
+	return false
+}
+
+// watchSelection checks a WatchRequest's selection.
+func (s *Server) watchSelection(req *pb.WatchRequest) (*selection, error) {
+	if err := s.m.Limits().Check(&fsm.CloseSession{Namespace: req.Namespace}); err != nil {
+		return nil, toStatus(err)
+	}
+	sel := &selection{ns: req.Namespace}
+	switch {
+	case req.Prefix != "" && len(req.Names) > 0:
+		return nil, invalidField("prefix", fmt.Sprintf("a watch selects by prefix or by names, not both (prefix %s and %d names)", strconv.Quote(logsafe.String(req.Prefix)), len(req.Names)))
+	case len(req.Names) > maxWatchNames:
+		return nil, invalidField("names", fmt.Sprintf("a watch lists %d names, over the limit of %d", len(req.Names), maxWatchNames))
+	case req.Prefix != "":
+		if err := s.checkReadName("prefix", req.Prefix); err != nil {
+			return nil, err
+		}
+		sel.prefix = req.Prefix
+	case len(req.Names) > 0:
+		sel.names = make(map[string]struct{}, len(req.Names))
+		for i, n := range req.Names {
+			if err := s.checkReadName("names["+strconv.Itoa(i)+"]", n); err != nil {
+				return nil, err
+			}
+			sel.names[n] = struct{}{}
+		}
+	default:
+		sel.all = true
+	}
+	return sel, nil
+}
+
+// Watch serves a watch.
+func (s *Server) Watch(req *pb.WatchRequest, stream grpc.ServerStreamingServer[pb.WatchResponse]) error {
+	ctx := stream.Context()
+	sel, err := s.watchSelection(req)
+	if err != nil {
+		return err
+	}
+	s.watches.Add(1)
+	defer s.watches.Add(-1)
+	// The node's state must be as new as what the client has seen.
+	if need := max(req.MinIndex, req.FromIndex); need > 0 {
+		wctx, cancel := context.WithTimeout(ctx, attachWait)
+		err := s.hub.waitApplied(wctx, need)
+		cancel()
+		if err != nil {
+			return toStatus(fmt.Errorf("%w: node %s has not yet applied index %d that the client has seen", rpcerr.ErrNotReady, s.cfg.Self.ID, need))
+		}
+	}
+	out := newSender[pb.WatchResponse](stream, s.cfg.StreamSendTimeout)
+	defer out.stop()
+	after := req.FromIndex
+	if after > 0 {
+		if oldest := s.hist.Oldest(); after < oldest {
+			return rpcerr.Compacted(oldest, fmt.Sprintf("node %s keeps the changes after index %d, not from index %d: start again from a snapshot", s.cfg.Self.ID, oldest, after))
+		}
+	} else {
+		if err := s.watchBarrier(ctx, req.Namespace); err != nil {
+			return err
+		}
+		q, recs, index := s.m.QueryMatching(sel.ns, sel.matchName())
+		after = index
+		pieces := watchSnapshot(index, q, recs)
+		out.start(func(stream sendStream[pb.WatchResponse]) error {
+			for _, p := range pieces {
+				if err := stream.Send(&pb.WatchResponse{Kind: &pb.WatchResponse_Snapshot{Snapshot: p}}); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	every := s.cfg.WatchProgressInterval
+	if every <= 0 {
+		every = DefaultWatchProgressInterval
+	}
+	progress := time.NewTimer(every)
+	defer progress.Stop()
+	for {
+		var wake <-chan struct{}
+		if !out.busy {
+			batches, upTo, w, oldest, compacted := s.hist.next(after, watchRound)
+			if compacted {
+				return rpcerr.Compacted(oldest, fmt.Sprintf("the watch fell behind: node %s no longer holds the changes after index %d (it keeps those after %d); start again from a snapshot", s.cfg.Self.ID, after, oldest))
+			}
+			after = max(after, upTo)
+			if msgs := sel.changes(batches); len(msgs) > 0 {
+				out.send(msgs)
+				progress.Reset(every)
+				continue
+			}
+			wake = w
+		}
+		select {
+		case <-wake:
+		case err := <-out.done:
+			out.finished()
+			if err != nil {
+				return err
+			}
+		case <-out.timeout():
+			if err := out.expired(); err != nil {
+				return err
+			}
+		case <-progress.C:
+			if !out.busy {
+				out.send([]*pb.WatchResponse{{Kind: &pb.WatchResponse_Progress{Progress: &pb.WatchProgress{Index: after}}}})
+			}
+			progress.Reset(every)
+		case <-s.done:
+			return toStatus(fmt.Errorf("%w: resume the watch on another node", raftnode.ErrShutdown))
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// changes turns the history's batches into the watch's messages: one per
+// entry with a change the selection matches.
+func (sel *selection) changes(batches []watchBatch) []*pb.WatchResponse {
+	var msgs []*pb.WatchResponse
+	for _, b := range batches {
+		var wc *pb.WatchChanges
+		for i := range b.changes {
+			c := &b.changes[i]
+			if !sel.matches(c) {
+				continue
+			}
+			if wc == nil {
+				wc = &pb.WatchChanges{Index: b.index, Time: ts(b.time)}
+			}
+			wc.Changes = append(wc.Changes, changeToPB(c))
+		}
+		if wc != nil {
+			msgs = append(msgs, &pb.WatchResponse{Kind: &pb.WatchResponse_Changes{Changes: wc}})
+		}
+	}
+	return msgs
+}
+
+// watchBarrier makes the snapshot that follows linearizable: on the leader,
+// a read barrier; on a follower, a read on the leader (GetRecord of the
+// watch's namespace, forwarded: its answer says the index the leader read
+// at, after its barrier), then a wait until this node has applied as much.
+func (s *Server) watchBarrier(ctx context.Context, ns string) error {
+	node := s.replica()
+	if node == nil {
+		return toStatus(fmt.Errorf("%w: node is starting", rpcerr.ErrNotReady))
+	}
+	err := node.ReadBarrier(ctx)
+	if err == nil || !errors.Is(err, raftnode.ErrNotLeader) {
+		return toStatus(err)
+	}
+	r, err := forward(s, ctx, err, func(ctx context.Context, cc *grpc.ClientConn) (*pb.GetRecordResponse, error) {
+		return pb.NewLocksClient(cc).GetRecord(ctx, &pb.GetRecordRequest{Namespace: ns})
+	})
+	if err != nil {
+		return err
+	}
+	wctx, cancel := context.WithTimeout(ctx, attachWait)
+	defer cancel()
+	if err := s.hub.waitApplied(wctx, r.GetIndex()); err != nil {
+		return toStatus(fmt.Errorf("%w: node %s has not yet applied index %d that the leader has", rpcerr.ErrNotReady, s.cfg.Self.ID, r.GetIndex()))
+	}
+	return nil
+}
+
+// watchSnapshot splits a watch's snapshot into pieces of about pageBytes of
+// locks and records, every one but the last with more set; there is
+// always one.
+func watchSnapshot(index uint64, q fsm.QueryResult, recs []fsm.Record) []*pb.WatchSnapshot {
+	pieces := []*pb.WatchSnapshot{{Index: index}}
+	size := 0
+	piece := func(sz int) *pb.WatchSnapshot {
+		p := pieces[len(pieces)-1]
+		if size > 0 && size+sz > pageBytes {
+			p.More = true
+			p = &pb.WatchSnapshot{Index: index}
+			pieces, size = append(pieces, p), 0
+		}
+		size += sz
+		return p
+	}
+	for _, l := range q.Held {
+		m := lockInfoToPB(l)
+		p := piece(fieldSize(m))
+		p.Held = append(p.Held, m)
+	}
+	for _, l := range q.Pending {
+		m := lockInfoToPB(l)
+		p := piece(fieldSize(m))
+		p.Pending = append(p.Pending, m)
+	}
+	for _, r := range recs {
+		m := recordToPB(r)
+		p := piece(fieldSize(m))
+		p.Records = append(p.Records, m)
+	}
+	return pieces
+}
+
+// Watches is the number of watches this node serves now.
+func (s *Server) Watches() int64 { return s.watches.Load() }
