@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	pb "github.com/lockcluster/lockcluster/api/lockclusterv1"
 )
@@ -98,7 +97,7 @@ func (c *Client) grantRecords(ctx context.Context, l *Lock) error {
 	var recs []Record
 	for _, n := range l.names {
 		r, ok, err := c.Record(ctx, n)
-		if status.Code(errors.Unwrap(err)) == codes.Unimplemented || isUnimplemented(err) {
+		if isUnimplemented(err) {
 			break // a node of a release without records: there are none
 		}
 		if err != nil {

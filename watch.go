@@ -177,7 +177,8 @@ func newWatcher(ctx context.Context, req *pb.WatchRequest) *Watcher {
 // Next returns the next event, waiting for it until ctx ends (then ctx's
 // error; the watch goes on). Once the watch has stopped it returns why:
 // ErrWatchClosed after Close, the watch's context's error, or the
-// cluster's refusal.
+// cluster's refusal (ErrPermission; ErrNotSupported from a node of a
+// release without watch).
 func (w *Watcher) Next(ctx context.Context) (WatchEvent, error) {
 	select {
 	case ev := <-w.events:
@@ -247,6 +248,10 @@ func (w *Watcher) run() {
 		}
 		if fatalWatchError(err) {
 			w.err = fromStatus(err)
+			if status.Code(err) == codes.Unimplemented {
+				w.err = &Error{Name: "NotSupportedError", Code: codes.Unimplemented, Reason: pb.ErrorReason_NOT_SUPPORTED,
+					Message: "the node does not serve Watch (a release before watch): " + status.Convert(err).Message()}
+			}
 			return
 		}
 		w.rotate(i)

@@ -24,6 +24,8 @@ func newLock(g *globals) *cobra.Command {
 	var timeout, grace, ttl time.Duration
 	var scope []string
 	var verbose bool
+	var maxHolders int
+	var oncePer time.Duration
 	cmd := &cobra.Command{
 		Use:   "lock NAME [flags] -- CMD [ARGS...]",
 		Short: "Run a command while holding a lock",
@@ -52,6 +54,19 @@ that grace. If 'lockcluster lock' dies (kill -9), the guard kills the job at
 once. Only what stops the guard too (a paused virtual machine) escapes it:
 pass the fencing token on, so that a stale holder can be refused.
 
+--max-holders N (with --mode shared) makes NAME a semaphore: at most N
+holders at once, the others queue in order. Every holder and waiter of NAME
+must give the same N.
+
+--once-per D runs CMD at most once per period D among all the machines that
+run it (cron on several machines, each with its own clock): when CMD exits 0,
+the release writes the record of NAME, {"done_at": T, "token": N}, T being the
+leader's time of the write. A later holder whose grant (the leader's time in
+the grant's entry) comes less than D after done_at releases the lock at once
+and exits 75 without running CMD. Only the leader's clock, carried in the log
+entries, decides: a machine's clock that is off changes nothing. Exclusive
+mode only; usually with --if-available.
+
 HUP, INT, QUIT, TERM, USR1, USR2, WINCH and ALRM are passed on to the group;
 before the grant, HUP, INT, QUIT and TERM abort the request.
 
@@ -60,13 +75,15 @@ session and waiting in the queue. When no endpoint accepts a connection
 within 2s the command exits 69 at once.
 
 Exit status: CMD's own; 75 when --if-available finds the lock taken (silently:
---verbose says who holds it); 74 when the lock was lost, or in jeopardy, while
+--verbose says who holds it), or --once-per finds the last run too recent; 74 when the lock was lost, or in jeopardy, while
 the job ran (the job was stopped); 73 when --timeout passed before the grant;
 69 when no endpoint answered; 77 when a credential was refused; 2 for bad
 usage; 1 for other errors.`,
 		Example: `  lockcluster lock backup -- ./backup.sh
   lockcluster lock report --mode shared -- ./read-report.sh
-  lockcluster lock deploy --if-available -- make deploy || echo "someone else is deploying"`,
+  lockcluster lock deploy --if-available -- make deploy || echo "someone else is deploying"
+  lockcluster lock nightly-report --if-available --once-per 20h -- ./report.sh
+  lockcluster lock encoders --mode shared --max-holders 4 -- ./encode.sh`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			dash := cmd.ArgsLenAtDash()
 			if len(args) < 1 || dash != 1 || len(args) < 2 {
@@ -83,10 +100,21 @@ usage; 1 for other errors.`,
 			default:
 				return &exitError{code: exitUsage, msg: fmt.Sprintf("--mode %q is not exclusive or shared", mode)}
 			}
+			switch {
+			case maxHolders < 0:
+				return &exitError{code: exitUsage, msg: fmt.Sprintf("--max-holders %d: want a positive number", maxHolders)}
+			case maxHolders > 0 && opts.Mode != lockcluster.Shared:
+				return &exitError{code: exitUsage, msg: fmt.Sprintf("--max-holders %d needs --mode shared (a semaphore of N shared holders)", maxHolders)}
+			case oncePer < 0:
+				return &exitError{code: exitUsage, msg: fmt.Sprintf("--once-per %s: want a positive duration", oncePer)}
+			case oncePer > 0 && opts.Mode != lockcluster.Exclusive:
+				return &exitError{code: exitUsage, msg: "--once-per needs --mode exclusive: only an exclusive holder writes the record of the last run"}
+			}
+			opts.MaxHolders = maxHolders
 			if err := g.checkOutput(); err != nil {
 				return err
 			}
-			r := &lockRun{g: g, name: args[0], opts: opts, timeout: timeout, grace: grace, ttl: ttl, verbose: verbose, waitChildren: waitChildren, argv: args[1:]}
+			r := &lockRun{g: g, name: args[0], opts: opts, timeout: timeout, grace: grace, ttl: ttl, verbose: verbose, waitChildren: waitChildren, argv: args[1:], oncePer: oncePer}
 			return r.run()
 		},
 	}
@@ -100,6 +128,8 @@ usage; 1 for other errors.`,
 	f.BoolVar(&waitChildren, "wait-children", false, "when CMD exits, wait for what it left running, holding the lock, instead of stopping it")
 	f.DurationVar(&ttl, "ttl", 10*time.Second, "session TTL: how long the cluster waits for a silent client")
 	f.StringSliceVar(&scope, "scope", nil, "more names to lock together with NAME, atomically")
+	f.IntVar(&maxHolders, "max-holders", 0, "with --mode shared: at most N holders at once (a semaphore); 0: unlimited")
+	f.DurationVar(&oncePer, "once-per", 0, "run CMD at most once per this period across all machines (exit 75 if the last successful run is more recent, by the leader's clock)")
 	return cmd
 }
 
@@ -118,6 +148,11 @@ type lockRun struct {
 	label        string   // the session's label (elect: the candidate's value); "": host:pid
 	argv         []string // empty: hold the lock until a signal (elect without CMD)
 	feed         *deadlineFeed
+	// oncePer: run CMD only if the last successful run (the record of
+	// name) was done at least this long before the grant (onceper.go).
+	oncePer time.Duration
+	// labelRecord: write label as the record of name once granted (elect).
+	labelRecord bool
 }
 
 // unreachableAfter is how long 'lock' tries to reach any endpoint before it
@@ -232,14 +267,43 @@ func (r *lockRun) run() error {
 	if r.verbose {
 		g.say("granted", fmt.Sprintf("lock %q granted, token %d", name, l.Token()), map[string]any{"name": name, "token": l.Token()})
 	}
+	rctx, rcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer rcancel()
+	if r.oncePer > 0 {
+		if skip := r.onceSkip(l); skip {
+			l.Release(rctx) // an unconfirmed release goes on until Close
+			return &exitError{code: exitNotAvail}
+		}
+	}
+	if r.labelRecord {
+		if _, err := l.SetRecord(rctx, name, []byte(r.label)); errors.Is(err, lockcluster.ErrNotHolder) {
+			return &exitError{code: exitLost, msg: fmt.Sprintf("lock %q was lost before its value could be written: %v", name, err)}
+		} else if err != nil {
+			g.say("record-failed", fmt.Sprintf("writing the value of %q as its record: %v (observers see it as the leader's label)", name, err), map[string]any{"name": name, "error": err.Error()})
+		}
+	}
 	var code int
 	if len(r.argv) == 0 {
 		err = r.hold(l, sig)
 	} else {
 		code, err = r.runChild(l, sig)
 	}
-	rctx, rcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	rctx, rcancel = context.WithTimeout(context.Background(), 10*time.Second)
 	defer rcancel()
+	if r.oncePer > 0 && err == nil && code == 0 {
+		if rerr := r.recordRun(rctx, l); rerr != nil {
+			l.Release(rctx)
+			code := exitFailure
+			if errors.Is(rerr, lockcluster.ErrNotHolder) || errors.Is(rerr, lockcluster.ErrSessionLost) {
+				code = exitLost
+			}
+			return &exitError{code: code, msg: fmt.Sprintf("the command succeeded, but its run could not be recorded in the record of %q (another machine may run it again): %v", name, rerr)}
+		}
+		if r.verbose {
+			g.say("recorded", fmt.Sprintf("lock %q: the run (token %d) is recorded and the lock released", name, l.Token()), map[string]any{"name": name, "token": l.Token()})
+		}
+		return nil
+	}
 	if rerr := l.Release(rctx); rerr != nil && err == nil {
 		if errors.Is(rerr, lockcluster.ErrSessionLost) {
 			return &exitError{code: exitLost, msg: fmt.Sprintf("lock %q was lost before the command ended: %v", name, rerr)}
@@ -253,6 +317,34 @@ func (r *lockRun) run() error {
 		return &exitError{code: code}
 	}
 	return nil
+}
+
+// onceSkip decides --once-per's question for the grant l (onceper.go),
+// saying why with --verbose.
+func (r *lockRun) onceSkip(l *lockcluster.Lock) bool {
+	rec, found := l.Record(r.name)
+	skip, doneAt, note := onceDecision(rec, found, l.AcquiredAt(), r.oncePer)
+	if note != "" {
+		r.g.say("once-per", note, map[string]any{"name": r.name})
+	}
+	if !r.verbose {
+		return skip
+	}
+	details := map[string]any{"name": r.name, "grantedAt": l.AcquiredAt(), "oncePer": r.oncePer.String()}
+	if !doneAt.IsZero() {
+		details["doneAt"] = doneAt
+		details["lastToken"] = rec.Token
+	}
+	switch {
+	case skip:
+		r.g.say("done-recently", fmt.Sprintf("lock %q: the last run was done at %s, less than --once-per %s before this grant (%s): not running it again (by this machine's clock that was %s ago)",
+			r.name, doneAt.Format(time.RFC3339Nano), r.oncePer, l.AcquiredAt().Format(time.RFC3339Nano), localNow().Sub(doneAt).Round(time.Millisecond)), details)
+	case doneAt.IsZero():
+		r.g.say("due", fmt.Sprintf("lock %q: no run recorded: running", r.name), details)
+	default:
+		r.g.say("due", fmt.Sprintf("lock %q: the last run was done at %s, at least --once-per %s before this grant (%s): running", r.name, doneAt.Format(time.RFC3339Nano), r.oncePer, l.AcquiredAt().Format(time.RFC3339Nano)), details)
+	}
+	return skip
 }
 
 // sayHolders tells who holds what the request wanted (event "queued":
@@ -270,7 +362,7 @@ func (r *lockRun) sayHolders(ctx context.Context, c *lockcluster.Client, event, 
 	for _, n := range r.opts.Scope {
 		wanted[n] = true
 	}
-	now := time.Now()
+	now := localNow()
 	said := false
 	for _, h := range q.Held {
 		if !wanted[h.Name] {
