@@ -78,6 +78,9 @@ var admissions = map[reflect.Type]Admission{
 	cmdType[Request](): actsFor(false, func(c *Request) (uint64, string) { return c.Session, c.Namespace }),
 	cmdType[Release](): actsFor(true, func(c *Release) (uint64, string) { return c.Session, c.Namespace }),
 	cmdType[Abort]():   actsFor(true, func(c *Abort) (uint64, string) { return c.Session, c.Namespace }),
+	// A record write acts for the session that holds the name, like a
+	// release (it may carry one).
+	cmdType[SetRecord](): actsFor(true, func(c *SetRecord) (uint64, string) { return c.Session, c.Namespace }),
 	cmdType[SetLimits](): {Class: NodeOnly,
 		Reason: "proposed by a new leader from its own configuration, by no RPC"},
 	cmdType[SetMember](): {Class: NodeOnly,

@@ -163,14 +163,14 @@ func TestAdmissionOfRefusesWhatTheTableLacks(t *testing.T) {
 	}
 	for cmd, want := range map[Command]AdmissionClass{
 		&OpenSession{}: Exempt, &Request{}: SessionSecret, &SetLimits{}: NodeOnly,
-		&SetMember{}: NodeOnly, &ExpireSession{}: NodeOnly,
+		&SetMember{}: NodeOnly, &ExpireSession{}: NodeOnly, &SetRecord{}: SessionSecret,
 	} {
 		if a, err := AdmissionOf(cmd); err != nil || a.Class != want {
 			t.Errorf("AdmissionOf(%T) = %s, %v; want %s", cmd, a.Class, err, want)
 		}
 	}
 	// Only Request needs the secret even from an admin.
-	for cmd, want := range map[Command]bool{&Request{}: false, &Release{}: true, &Abort{}: true, &CloseSession{}: true} {
+	for cmd, want := range map[Command]bool{&Request{}: false, &Release{}: true, &Abort{}: true, &CloseSession{}: true, &SetRecord{}: true} {
 		if a, _ := AdmissionOf(cmd); a.AdminMay != want {
 			t.Errorf("%T: AdminMay %v, want %v", cmd, a.AdminMay, want)
 		}

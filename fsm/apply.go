@@ -19,6 +19,8 @@ func (a *applier) apply(cmd Command) Result {
 		return a.release(c)
 	case *Abort:
 		return a.abort(c)
+	case *SetRecord:
+		return a.setRecord(c)
 	case *SetLimits:
 		return a.setLimits(c)
 	case *SetMember:
@@ -64,17 +66,22 @@ func (a *applier) request(c *Request) Result {
 	if c.RequestID < s.floor {
 		return Result{Err: errorf(CodeInvalid, "request id %d of session %d was already used: it is below the session's acknowledged floor %d", c.RequestID, s.id, s.floor)}
 	}
+	if c.Mode == Shared {
+		if err := a.semaphoreConflict(c.Names, c.MaxHolders); err != nil {
+			return Result{Err: err}
+		}
+	}
 	// Every pending request may be granted later, so held and pending
 	// together are bounded by the held limit: a session never holds more.
 	if s.nHeld+s.nPending >= lim.MaxHeldPerSession {
 		return Result{Err: errorf(CodeLimit, "session %d holds %d locks and waits for %d: the limit on held locks is %d", s.id, s.nHeld, s.nPending, lim.MaxHeldPerSession)}
 	}
-	queue := !c.Steal && !a.grantableNew(c.Names, c.Mode)
+	queue := !c.Steal && !a.grantableNew(c.Names, c.Mode, c.MaxHolders)
 	if queue && !c.IfAvailable && s.nPending >= lim.MaxPendingPerSession {
 		return Result{Err: errorf(CodeLimit, "session %d has %d pending requests: the limit is %d", s.id, s.nPending, lim.MaxPendingPerSession)}
 	}
 	s.ack(c.AckBelow)
-	r := &request{index: a.index, id: c.RequestID, sess: s, names: c.Names, mode: c.Mode, signal: c.Signal, requestedAt: a.time}
+	r := &request{index: a.index, id: c.RequestID, sess: s, names: c.Names, mode: c.Mode, signal: c.Signal, maxHolders: c.MaxHolders, requestedAt: a.time}
 	a.own = r
 	switch {
 	case c.Steal: // step 2.4: steal, prepend, process: r is granted at once
@@ -94,7 +101,7 @@ func (a *applier) request(c *Request) Result {
 		a.enqueue(r)
 		return Result{Status: StatusQueued}
 	}
-	return Result{Status: StatusGranted, Token: r.token, AcquiredAt: r.acquiredAt}
+	return Result{Status: StatusGranted, Token: r.token, AcquiredAt: r.acquiredAt, Records: a.ownRecords}
 }
 
 // admit makes r a live request of its session, with a slot per name.
@@ -131,8 +138,15 @@ func (a *applier) release(c *Release) Result {
 		return Result{Err: errorf(CodeInvalid, "token %d is not the token %d of request %d of session %d", c.Token, r.token, c.RequestID, s.id)}
 	}
 	s.ack(c.AckBelow)
+	return a.releaseHeld(r)
+}
+
+// releaseHeld is spec §4.2 steps 5–7 for the held request r: Release's,
+// and a SetRecord's that releases.
+func (a *applier) releaseHeld(r *request) Result {
 	token := r.token
 	a.unhold(r)
+	a.change(ChangeReleased, r, token, causeNone, "")
 	a.finish(r, outcome{status: StatusReleased, token: token})
 	a.process()
 	return Result{Status: StatusReleased, Token: token}
@@ -168,6 +182,7 @@ func (a *applier) abort(c *Abort) Result {
 			a.unqueue(r)
 		}
 		ev.Names, ev.Mode, ev.Token = r.names, r.mode, o.token
+		a.change(ChangeAborted, r, o.token, CauseAborted, c.Reason)
 		a.finish(r, o)
 	} else {
 		s.remember(lim.maxFinished, o)

@@ -23,6 +23,10 @@ func (e *encoder) bool1(v bool) {
 		e.b = append(e.b, 0)
 	}
 }
+func (e *encoder) bytes(b []byte) {
+	e.b = binary.AppendUvarint(e.b, uint64(len(b)))
+	e.b = append(e.b, b...)
+}
 func (e *encoder) str(s string) {
 	e.b = binary.AppendUvarint(e.b, uint64(len(s)))
 	e.b = append(e.b, s...)
@@ -106,4 +110,16 @@ func (d *decoder) str() string {
 	s := string(d.b[:n])
 	d.b = d.b[n:]
 	return s
+}
+
+// bytes reads length-prefixed bytes into a copy of their own (nil when
+// empty): what it returns outlives the input.
+func (d *decoder) bytes() []byte {
+	n := d.count(1)
+	if d.err != nil || n == 0 {
+		return nil
+	}
+	b := append([]byte(nil), d.b[:n]...)
+	d.b = d.b[n:]
+	return b
 }

@@ -23,7 +23,10 @@ import "slices"
 //     links change in place);
 //   - resource: its queue and queue-list links (holders, inWork and the
 //     other bookkeeping are not read by the encoder and not protected);
-//   - namespace: its held list, queue list and counters. The number of
+//   - namespace: its held list, queue list and counters, and its records:
+//     the frozen copy keeps the records map, which the first write after
+//     the point replaces with a copy (namespace.writeRecords; a Record
+//     itself is never changed in place). The number of
 //     resources, the namespace set, the member directory, the tombstones and
 //     the state's totals are captured by BeginSnapshot itself.
 //
@@ -61,6 +64,7 @@ func (c *cow) thaw() {
 	}
 	for _, n := range c.nss {
 		n.frozen = nil
+		n.recCopied = false
 	}
 	clear(c.reqs)
 	clear(c.sess)

@@ -3,6 +3,7 @@ package fsm
 import (
 	"errors"
 	"fmt"
+	"math"
 )
 
 // The entry envelope, version 2 (version 1 is still decoded):
@@ -118,6 +119,8 @@ func newCmd(t EntryType) Command {
 		return &SetMember{}
 	case typeClusterSecret:
 		return &SetClusterSecret{}
+	case typeSetRecord:
+		return &SetRecord{}
 	}
 	return nil
 }
@@ -126,6 +129,15 @@ const (
 	reqIfAvailable = 1 << iota
 	reqSteal
 	reqSignal
+	// reqMaxHolders: a uvarint MaxHolders (not 0) follows the flags
+	// (LevelRecords); a request without one encodes as before.
+	reqMaxHolders
+)
+
+// The flags of a SetRecord.
+const (
+	recDelete = 1 << iota
+	recRelease
 )
 
 func encodeCmd(en *encoder, cmd Command) error {
@@ -161,7 +173,13 @@ func encodeCmd(en *encoder, cmd Command) error {
 		if c.Signal {
 			f |= reqSignal
 		}
+		if c.MaxHolders > 0 {
+			f |= reqMaxHolders
+		}
 		en.byte1(f)
+		if c.MaxHolders > 0 {
+			en.uvarint(uint64(c.MaxHolders))
+		}
 	case *Release:
 		en.uvarint(c.Session)
 		en.str(c.Namespace)
@@ -181,6 +199,22 @@ func encodeCmd(en *encoder, cmd Command) error {
 		en.bool1(c.Remove)
 	case *SetClusterSecret:
 		en.str(c.Secret)
+	case *SetRecord:
+		en.uvarint(c.Session)
+		en.str(c.Namespace)
+		en.uvarint(c.RequestID)
+		en.uvarint(c.Token)
+		en.str(c.Name)
+		en.bytes(c.Value)
+		var f byte
+		if c.Delete {
+			f |= recDelete
+		}
+		if c.Release {
+			f |= recRelease
+		}
+		en.byte1(f)
+		en.uvarint(c.AckBelow)
 	default:
 		return fmt.Errorf("fsm: cannot encode command %T", cmd)
 	}
@@ -208,10 +242,17 @@ func decodeCmd(d *decoder, cmd Command) {
 		}
 		c.Mode = Mode(d.byte1())
 		f := d.byte1()
-		if f&^(reqIfAvailable|reqSteal|reqSignal) != 0 {
+		if f&^(reqIfAvailable|reqSteal|reqSignal|reqMaxHolders) != 0 {
 			d.fail(fmt.Errorf("unknown request flags %#x", f))
 		}
 		c.IfAvailable, c.Steal, c.Signal = f&reqIfAvailable != 0, f&reqSteal != 0, f&reqSignal != 0
+		if f&reqMaxHolders != 0 {
+			n := d.uvarint()
+			if d.err == nil && (n == 0 || n > math.MaxUint32) {
+				d.fail(fmt.Errorf("maxHolders %d is not in [1, %d]", n, uint32(math.MaxUint32)))
+			}
+			c.MaxHolders = uint32(n)
+		}
 	case *Release:
 		c.Session, c.Namespace, c.RequestID, c.Token, c.AckBelow = d.uvarint(), d.str(), d.uvarint(), d.uvarint(), d.uvarint()
 	case *Abort:
@@ -223,17 +264,35 @@ func decodeCmd(d *decoder, cmd Command) {
 		c.Remove = d.bool1()
 	case *SetClusterSecret:
 		c.Secret = d.str()
+	case *SetRecord:
+		c.Session, c.Namespace, c.RequestID, c.Token, c.Name = d.uvarint(), d.str(), d.uvarint(), d.uvarint(), d.str()
+		c.Value = d.bytes()
+		f := d.byte1()
+		if f&^(recDelete|recRelease) != 0 {
+			d.fail(fmt.Errorf("unknown record flags %#x", f))
+		}
+		c.Delete, c.Release = f&recDelete != 0, f&recRelease != 0
+		c.AckBelow = d.uvarint()
 	}
 }
 
+// limitFields are the limits in their encoded order: the 11 of LevelBase,
+// then the 2 record limits of LevelRecords, which are written only when
+// either is not its default, so that limits that use nothing newer encode
+// as the release before reads them.
 func limitFields(l *Limits) []*int64 {
 	return []*int64{&l.MaxNameBytes, &l.MaxScopeNames, &l.MaxPendingPerSession, &l.MaxHeldPerSession,
 		&l.MaxSessionsPerNamespace, &l.maxNamespaceBytes, &l.maxLabelBytes, &l.maxReasonBytes,
-		&l.MinTTL, &l.MaxTTL, &l.maxFinished}
+		&l.MinTTL, &l.MaxTTL, &l.maxFinished, &l.MaxRecordBytes, &l.MaxNamespaceRecordBytes}
 }
+
+const baseLimitFields = 11
 
 func encodeLimits(en *encoder, l *Limits) {
 	f := limitFields(l)
+	if l.defaultRecordLimits() {
+		f = f[:baseLimitFields]
+	}
 	en.uvarint(uint64(len(f)))
 	for _, p := range f {
 		en.varint(*p)
@@ -242,8 +301,13 @@ func encodeLimits(en *encoder, l *Limits) {
 
 func decodeLimits(d *decoder, l *Limits) {
 	f := limitFields(l)
-	if n := d.count(1); n != len(f) && d.err == nil {
-		d.fail(fmt.Errorf("limits have %d fields, want %d", n, len(f)))
+	n := d.count(1)
+	if n != len(f) && n != baseLimitFields && d.err == nil {
+		d.fail(fmt.Errorf("limits have %d fields, want %d or %d", n, baseLimitFields, len(f)))
+	}
+	if n == baseLimitFields {
+		l.MaxRecordBytes, l.MaxNamespaceRecordBytes = defaultMaxRecordBytes, defaultMaxNamespaceRecordBytes
+		f = f[:baseLimitFields]
 	}
 	for _, p := range f {
 		*p = d.varint()

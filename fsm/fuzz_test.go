@@ -335,7 +335,7 @@ func fuzzSeeds(tb testing.TB) [][]byte {
 		&SetLimits{Limits: DefaultLimits()}, &SetLimits{Limits: Limits{}},
 		&SetMember{Member: Member{ID: "node1"}, Remove: true}, &SetMember{Member: Member{ID: "n2", HTTPAddr: big}},
 		&SetMember{Member: Member{ID: bad, RaftAddr: "x"}},
-		&SetLimits{Limits: Limits{math.MaxInt64, math.MaxInt64, 1, 1, 1, 1, 1, 1, 1, math.MaxInt64, 1}},
+		&SetLimits{Limits: Limits{math.MaxInt64, math.MaxInt64, 1, 1, 1, 1, 1, 1, 1, math.MaxInt64, 1, defaultMaxRecordBytes, defaultMaxNamespaceRecordBytes}},
 	}
 	var out [][]byte
 	for _, c := range cmds {

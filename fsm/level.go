@@ -51,6 +51,7 @@ var entryLevels = map[EntryType]struct {
 	typeSetLimits:     {LevelBase, "replicated limits"},
 	typeSetMember:     {LevelBase, "the member directory"},
 	typeClusterSecret: {LevelClusterSecret, "the cluster secret"},
+	typeSetRecord:     {LevelRecords, "records"},
 }
 
 // snapLevels: the level that introduced each snapshot format version.
@@ -58,6 +59,7 @@ var snapLevels = map[uint64]int{
 	1: LevelBase,
 	2: LevelBase,
 	3: LevelClusterSecret,
+	4: LevelRecords,
 }
 
 // envelopeLevels: the level that introduced each entry envelope version
@@ -97,29 +99,41 @@ func SnapshotLevel(v uint32) int {
 }
 
 // snapFormat is the snapshot format Encode writes for a state that holds
-// a cluster secret or not: the oldest format that carries the state, so
-// that a state that uses nothing of a newer level is written in a format
-// the release before reads. The SetClusterSecret gate is what keeps
-// format 3 from being written while a member of the release before is in
-// the configuration: only a state that holds the secret needs it, and the
-// secret is drawn only once every member runs LevelClusterSecret
-// (TestSnapshotFormatFollowsTheLevel, and internal/server's
-// TestGateHoldsTheSecretAndSnapshotFormat).
-func snapFormat(hasSecret bool) uint64 {
-	if hasSecret {
+// a cluster secret or not, and anything of LevelRecords or not (records,
+// a semaphore request, record limits other than the defaults): the oldest
+// format that carries the state, so that a state that uses nothing of a
+// newer level is written in a format the release before reads. The gates
+// are what keep the newer formats from being written while a member of an
+// older release is in the configuration: only a state that holds the
+// secret needs format 3, and the secret is drawn only once every member
+// runs LevelClusterSecret (TestSnapshotFormatFollowsTheLevel, and
+// internal/server's TestGateHoldsTheSecretAndSnapshotFormat); only a state
+// that holds what a LevelRecords command made needs format 4, and
+// CommandLevel keeps those commands back until every member runs it.
+func snapFormat(hasSecret, hasRecords bool) uint64 {
+	switch {
+	case hasRecords:
+		return 4
+	case hasSecret:
 		return 3
 	}
 	return 2
 }
 
+// usesRecords reports whether st holds anything of LevelRecords.
+func (st *state) usesRecords() bool {
+	return st.nRecords > 0 || st.nSemaphores > 0 || !st.limits.defaultRecordLimits()
+}
+
 // UsedLevel is the highest protocol level the applied state holds
-// anything of: LevelClusterSecret once it holds the cluster secret,
-// LevelBase before. A member below it is a downgrade, which is not
+// anything of: LevelRecords once it holds a record, a semaphore request or
+// record limits of its own, LevelClusterSecret once it holds the cluster
+// secret, LevelBase before. A member below it is a downgrade, which is not
 // supported: it cannot read this state's snapshots.
 func (m *Machine) UsedLevel() int {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	return snapLevels[snapFormat(m.st.clusterSecret != "")]
+	return snapLevels[snapFormat(m.st.clusterSecret != "", m.st.usesRecords())]
 }
 
 // CommandLevel is the protocol level a command needs: its type's
@@ -127,5 +141,30 @@ func (m *Machine) UsedLevel() int {
 // (Request.MaxHolders, SetLimits' record limits: LevelRecords). The
 // server's gate asks it before every proposal.
 func CommandLevel(cmd Command) int {
-	return EntryLevel(cmd.Type()) // TODO(records): the fields of LevelRecords
+	l, _ := commandLevel(cmd)
+	return l
+}
+
+// CommandFeature names what makes cmd need CommandLevel(cmd) ("semaphores",
+// "record limits", or its type's EntryFeature), for a refusal that says
+// what waits for a level.
+func CommandFeature(cmd Command) string {
+	_, f := commandLevel(cmd)
+	return f
+}
+
+func commandLevel(cmd Command) (int, string) {
+	switch c := cmd.(type) {
+	case *Request:
+		if c != nil && c.MaxHolders > 0 {
+			return LevelRecords, "semaphores"
+		}
+	case *SetLimits:
+		if c != nil && !c.Limits.defaultRecordLimits() {
+			return LevelRecords, "record limits"
+		}
+	case nil:
+		return ProtocolLevel + 1, "no command"
+	}
+	return EntryLevel(cmd.Type()), EntryFeature(cmd.Type())
 }

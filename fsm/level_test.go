@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"bytes"
 	"maps"
 	"slices"
 	"testing"
@@ -60,7 +61,7 @@ func TestLevelTableIsDense(t *testing.T) {
 			t.Errorf("snapshot format %d has no level", v)
 		}
 	}
-	if got := slices.Sorted(maps.Keys(snapLevels)); !slices.Equal(got, []uint64{1, 2, 3}) || snapVersion != 3 {
+	if got := slices.Sorted(maps.Keys(snapLevels)); !slices.Equal(got, []uint64{1, 2, 3, 4}) || snapVersion != 4 {
 		t.Errorf("snapshot formats %v with snapVersion %d: add the new one's level", got, snapVersion)
 	}
 }
@@ -108,5 +109,104 @@ func TestSnapshotFormatFollowsTheLevel(t *testing.T) {
 	}
 	if SnapshotLevel(99) <= ProtocolLevel {
 		t.Fatal("an unknown snapshot format has a level this build supports")
+	}
+}
+
+// A command needs LevelRecords for its type (SetRecord) or for a field of
+// that level (a semaphore's MaxHolders, record limits other than the
+// defaults); the same types without them need what they always did.
+func TestCommandLevel(t *testing.T) {
+	lim := DefaultLimits()
+	lim.MaxRecordBytes = 100
+	for _, c := range []struct {
+		cmd     Command
+		level   int
+		feature string
+	}{
+		{&Request{Names: []string{"x"}}, LevelBase, "lock requests"},
+		{&Request{Names: []string{"x"}, Mode: Shared, MaxHolders: 2}, LevelRecords, "semaphores"},
+		{&SetLimits{Limits: DefaultLimits()}, LevelBase, "replicated limits"},
+		{&SetLimits{Limits: lim}, LevelRecords, "record limits"},
+		{&SetRecord{}, LevelRecords, "records"},
+		{&SetClusterSecret{}, LevelClusterSecret, "the cluster secret"},
+	} {
+		if l, f := CommandLevel(c.cmd), CommandFeature(c.cmd); l != c.level || f != c.feature {
+			t.Errorf("%T %+v: level %d %q, want %d %q", c.cmd, c.cmd, l, f, c.level, c.feature)
+		}
+	}
+	// What the release before decodes: limits with the default record
+	// limits and requests without MaxHolders encode as they always did.
+	b, err := EncodeEntry(Entry{Cmd: &SetLimits{Limits: DefaultLimits()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := decoder{b: b[4:]}
+	if n := d.uvarint(); n != baseLimitFields {
+		t.Errorf("default limits encode %d fields, want %d", n, baseLimitFields)
+	}
+	r1, _ := EncodeEntry(Entry{Cmd: &Request{Session: 1, Namespace: "n", RequestID: 1, Names: []string{"x"}, Mode: Shared}})
+	r2, _ := EncodeEntry(Entry{Cmd: &Request{Session: 1, Namespace: "n", RequestID: 1, Names: []string{"x"}, Mode: Shared, MaxHolders: 3}})
+	if len(r2) != len(r1)+1 || r1[len(r1)-1] != 0 || r2[len(r1)-1] != reqMaxHolders {
+		t.Errorf("requests encode as %v and, with MaxHolders, %v", r1, r2)
+	}
+}
+
+// A state that holds a record, a semaphore request or record limits of its
+// own is written in format 4 (LevelRecords), a backup of it too (records
+// are the clients' data); without them, in the format it had before.
+func TestSnapshotFormat4(t *testing.T) {
+	version := func(m *Machine, backup bool) uint32 {
+		t.Helper()
+		sn := m.BeginSnapshot()
+		enc := sn.Encode
+		if backup {
+			enc = sn.EncodeBackup
+		}
+		b, err := enc()
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, v, err := SnapshotHeader(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m2 := New()
+		if err := m2.Restore(bytes.NewReader(b)); err != nil {
+			t.Fatalf("format %d: %v", v, err)
+		}
+		if !backup && m2.Digest() != m.Digest() {
+			t.Fatalf("format %d: the digest changed in a round trip", v)
+		}
+		return v
+	}
+	m := New()
+	m.Apply(1, Entry{Cmd: &OpenSession{Namespace: "n", TTL: 1e9}})
+	m.Apply(2, Entry{Cmd: &SetClusterSecret{Secret: secretA}})
+	m.Apply(3, Entry{Cmd: &Request{Session: 1, Namespace: "n", RequestID: 1, Names: []string{"x"}}})
+	if v := version(m, false); v != 3 {
+		t.Fatalf("no records: format %d", v)
+	}
+	m.Apply(4, Entry{Cmd: &SetRecord{Session: 1, Namespace: "n", RequestID: 1, Token: 3, Name: "x", Value: []byte("v")}})
+	if v, b := version(m, false), version(m, true); v != 4 || b != 4 || m.UsedLevel() != LevelRecords {
+		t.Fatalf("a record: format %d, backup %d, used level %d", v, b, m.UsedLevel())
+	}
+	m.Apply(5, Entry{Cmd: &SetRecord{Session: 1, Namespace: "n", RequestID: 1, Token: 3, Name: "x", Delete: true}})
+	if v := version(m, false); v != 3 {
+		t.Fatalf("the record deleted: format %d", v)
+	}
+	m.Apply(6, Entry{Cmd: &Request{Session: 1, Namespace: "n", RequestID: 2, Names: []string{"s"}, Mode: Shared, MaxHolders: 2}})
+	if v := version(m, false); v != 4 {
+		t.Fatalf("a semaphore: format %d", v)
+	}
+	m.Apply(7, Entry{Cmd: &Release{Session: 1, Namespace: "n", RequestID: 2}})
+	lim := DefaultLimits()
+	lim.MaxNamespaceRecordBytes = 10
+	m.Apply(8, Entry{Cmd: &SetLimits{Limits: lim}})
+	if v := version(m, false); v != 4 {
+		t.Fatalf("record limits: format %d", v)
+	}
+	m.Apply(9, Entry{Cmd: &SetLimits{Limits: DefaultLimits()}})
+	if v := version(m, true); v != 2 {
+		t.Fatalf("a backup of nothing of LevelRecords: format %d", v)
 	}
 }

@@ -24,6 +24,23 @@ type Limits struct {
 	// maxFinished bounds the finished outcomes a session remembers for
 	// retries; the oldest is forgotten past it.
 	maxFinished int64
+	// MaxRecordBytes bounds the value of one record (SPEC §12), and
+	// MaxNamespaceRecordBytes the bytes of all the records of a namespace
+	// (each record counts its name and its value). A limit other than its
+	// default needs LevelRecords (CommandLevel).
+	MaxRecordBytes          int64
+	MaxNamespaceRecordBytes int64
+}
+
+const (
+	defaultMaxRecordBytes          = 4096
+	defaultMaxNamespaceRecordBytes = 1 << 20
+)
+
+// defaultRecordLimits reports whether l's record limits are the defaults,
+// which the formats before LevelRecords imply.
+func (l *Limits) defaultRecordLimits() bool {
+	return l.MaxRecordBytes == defaultMaxRecordBytes && l.MaxNamespaceRecordBytes == defaultMaxNamespaceRecordBytes
 }
 
 // DefaultLimits are the limits of a new state machine.
@@ -40,6 +57,8 @@ func DefaultLimits() Limits {
 		MinTTL:                  100e6,  // 100 ms
 		MaxTTL:                  3600e9, // 1 h
 		maxFinished:             1024,
+		MaxRecordBytes:          defaultMaxRecordBytes,
+		MaxNamespaceRecordBytes: defaultMaxNamespaceRecordBytes,
 	}
 }
 
@@ -53,7 +72,8 @@ func (l Limits) Validate() error {
 		{"MaxPendingPerSession", l.MaxPendingPerSession}, {"MaxHeldPerSession", l.MaxHeldPerSession},
 		{"MaxNamespaceBytes", l.maxNamespaceBytes}, {"MaxLabelBytes", l.maxLabelBytes},
 		{"MaxReasonBytes", l.maxReasonBytes}, {"MinTTL", l.MinTTL}, {"MaxTTL", l.MaxTTL},
-		{"MaxFinished", l.maxFinished},
+		{"MaxFinished", l.maxFinished}, {"MaxRecordBytes", l.MaxRecordBytes},
+		{"MaxNamespaceRecordBytes", l.MaxNamespaceRecordBytes},
 	}
 	for _, p := range pos {
 		if p.v <= 0 {
@@ -116,14 +136,8 @@ func (l *Limits) checkRequest(r *Request) *Error {
 		return errorf(CodeLimit, "request %d names %d resources, over the limit of %d", r.RequestID, len(r.Names), l.MaxScopeNames)
 	}
 	for _, n := range r.Names {
-		if !utf8.ValidString(n) {
-			return errorf(CodeInvalid, "name %s is not valid UTF-8", quote(n))
-		}
-		if int64(len(n)) > l.MaxNameBytes {
-			return errorf(CodeLimit, "name %s is %d bytes, over the limit of %d", quote(n), len(n), l.MaxNameBytes)
-		}
-		if strings.HasPrefix(n, "-") { // step 5
-			return errorf(CodeNotSupported, "name %s starts with \"-\": such names are reserved", quote(n))
+		if err := l.checkName(n); err != nil {
+			return err
 		}
 	}
 	if dup, ok := duplicateName(r.Names); ok {
@@ -138,6 +152,40 @@ func (l *Limits) checkRequest(r *Request) *Error {
 		return errorf(CodeNotSupported, "an abort signal cannot be combined with steal")
 	case r.Signal && r.IfAvailable: // step 8
 		return errorf(CodeNotSupported, "an abort signal cannot be combined with ifAvailable")
+	case r.MaxHolders > 0 && r.Mode != Shared: // SPEC §14
+		return errorf(CodeNotSupported, "maxHolders %d needs mode shared, not %s", r.MaxHolders, r.Mode)
+	}
+	return nil
+}
+
+// checkName is SPEC §2's rule for a name, of a request or a record.
+func (l *Limits) checkName(n string) *Error {
+	if !utf8.ValidString(n) {
+		return errorf(CodeInvalid, "name %s is not valid UTF-8", quote(n))
+	}
+	if int64(len(n)) > l.MaxNameBytes {
+		return errorf(CodeLimit, "name %s is %d bytes, over the limit of %d", quote(n), len(n), l.MaxNameBytes)
+	}
+	if strings.HasPrefix(n, "-") { // step 5
+		return errorf(CodeNotSupported, "name %s starts with \"-\": such names are reserved", quote(n))
+	}
+	return nil
+}
+
+// checkRecord runs the checks of a SetRecord that need no state (SPEC
+// §12): the name's rules and the value's limit.
+func (l *Limits) checkRecord(c *SetRecord) *Error {
+	if c.RequestID == 0 {
+		return errorf(CodeInvalid, "request id 0 is not allowed")
+	}
+	if err := l.checkName(c.Name); err != nil {
+		return err
+	}
+	if c.Delete && len(c.Value) > 0 {
+		return errorf(CodeInvalid, "the delete of the record of %s carries a value of %d bytes", quote(c.Name), len(c.Value))
+	}
+	if int64(len(c.Value)) > l.MaxRecordBytes {
+		return errorf(CodeLimit, "the record of %s is %d bytes, over the limit of %d", quote(c.Name), len(c.Value), l.MaxRecordBytes)
 	}
 	return nil
 }
@@ -200,6 +248,10 @@ func (l Limits) Check(cmd Command) error {
 		}
 	case *Release:
 		err = l.checkNamespace(c.Namespace)
+	case *SetRecord:
+		if err = l.checkNamespace(c.Namespace); err == nil {
+			err = l.checkRecord(c)
+		}
 	case *Abort:
 		if err = l.checkNamespace(c.Namespace); err == nil {
 			err = l.checkAbort(c)

@@ -41,10 +41,14 @@ func (m *Machine) applyLocked(index uint64, e Entry) Applied {
 	m.st.lastIndex = index
 	a := &m.a
 	a.st, a.ns, a.index, a.time, a.out, a.own = m.st, nil, index, e.Time, nil, nil
+	a.keep, a.changes, a.ownRecords = m.keepChanges, nil, nil
 	res := a.apply(e.Cmd)
-	out := a.out
-	a.out, a.ns, a.own = nil, nil, nil
-	return Applied{Result: res, Events: out}
+	out, changes := a.out, a.changes
+	if res.Err != nil {
+		changes = nil // a rejected entry changed nothing
+	}
+	a.out, a.ns, a.own, a.changes, a.ownRecords = nil, nil, nil, nil, nil
+	return Applied{Result: res, Events: out, Changes: changes}
 }
 
 // ApplyBytes decodes an entry and applies it. An error means the entry

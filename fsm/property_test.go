@@ -234,7 +234,7 @@ func compareResult(t *rapid.T, got, want Result) {
 		t.Fatalf("result error: got %v (%v), want code %v", codeOf(got.Err), got.Err, codeOf(want.Err))
 	}
 	got.Err, want.Err = nil, nil
-	if got != want {
+	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("result:\n got  %+v\n want %+v", got, want)
 	}
 }

@@ -10,28 +10,42 @@ import "sort"
 func (m *Machine) Query(namespace string) QueryResult {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	var q QueryResult
 	ns := m.st.namespaces[namespace]
 	if ns == nil {
-		return q
+		return QueryResult{}
 	}
-	q.Pending = make([]LockInfo, 0, ns.nPending)
+	return query(ns, nil)
+}
+
+// query is Query of ns, restricted to the names match accepts (nil: all),
+// with the records of the names it reports (SPEC §12).
+func query(ns *namespace, match func(string) bool) QueryResult {
+	var q QueryResult
+	if match == nil {
+		q.Pending = make([]LockInfo, 0, ns.nPending)
+		q.Held = make([]LockInfo, 0, ns.nHeld)
+	}
 	for res := ns.queueHead; res != nil; res = res.qnext {
+		if match != nil && !match(res.name) {
+			continue
+		}
 		for w := res.qhead; w != nil; w = w.next {
 			q.Pending = append(q.Pending, info(w.req, res.name))
 		}
 	}
-	q.Held = make([]LockInfo, 0, ns.nHeld)
 	for r := ns.heldHead; r != nil; r = r.hnext {
 		for _, n := range r.names {
-			q.Held = append(q.Held, info(r, n))
+			if match == nil || match(n) {
+				q.Held = append(q.Held, info(r, n))
+			}
 		}
 	}
+	q.Records = queryRecords(ns, &q)
 	return q
 }
 
 func info(r *request, name string) LockInfo {
-	li := LockInfo{Name: name, Mode: r.mode, ClientID: r.sess.clientID, Label: r.sess.label, Session: r.sess.id, RequestID: r.id, RequestedAt: r.requestedAt}
+	li := LockInfo{Name: name, Mode: r.mode, ClientID: r.sess.clientID, Label: r.sess.label, Session: r.sess.id, RequestID: r.id, RequestedAt: r.requestedAt, MaxHolders: r.maxHolders}
 	if r.held {
 		li.Token, li.AcquiredAt = r.token, r.acquiredAt
 	}

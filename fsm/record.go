@@ -93,21 +93,3 @@ func (m *Machine) KeepChanges(on bool) {
 	defer m.mu.Unlock()
 	m.keepChanges = on
 }
-
-// Record returns the record of name in namespace ns, and the applied
-// index it was read at; ok is false when the name has none.
-func (m *Machine) Record(ns, name string) (rec Record, index uint64, ok bool) {
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	return Record{}, m.st.lastIndex, false // TODO(records): implement
-}
-
-// QueryMatching is Query restricted to the names match accepts (a held or
-// pending line is kept when its name matches), with the records of every
-// matching name of the namespace sorted by name, all at one applied index:
-// a watch's snapshot. match nil accepts every name.
-func (m *Machine) QueryMatching(ns string, match func(name string) bool) (q QueryResult, records []Record, index uint64) {
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	return QueryResult{}, nil, m.st.lastIndex // TODO(records): implement
-}

@@ -15,8 +15,14 @@ import (
 // command (or, for "apply", one command per input line):
 //
 //	open S [ns=NS] [label=L] [ttl=DUR] [client=ID]   OpenSession as S
-//	request S ID NAMES [shared] [ifAvailable] [steal] [signal] [ack=N] [ns=NS]
-//	                               NAMES: a or a,b,c; "" is the empty name
+//	request S ID NAMES [shared] [ifAvailable] [steal] [signal] [ack=N] [max=N] [ns=NS]
+//	                               NAMES: a or a,b,c; "" is the empty name;
+//	                               max: MaxHolders (a semaphore)
+//	record S ID NAME VALUE token=N [delete] [release] [ack=N] [ns=NS]
+//	                               SetRecord; VALUE "" is empty, size=N
+//	                               (without VALUE) is N bytes of x
+//	getrecord NAME [ns=NS]         Machine.Record
+//	changes on|off                 KeepChanges: print each entry's changes
 //	release S ID [token=N] [ack=N] [ns=NS]
 //	abort S ID [reason=WORDS...] [ns=NS]
 //	close S [ns=NS] / expire S
@@ -73,6 +79,7 @@ type harness struct {
 	ids     map[string]uint64 // script session name → session id
 	names   map[uint64]string
 	sawTime bool
+	changes bool // print changes (KeepChanges is on)
 }
 
 func newHarness() *harness {
@@ -151,6 +158,16 @@ func (h *harness) run(t *testing.T, f []string) string {
 		return b.String()
 	case "snapshot":
 		return h.snapshot(t)
+	case "changes":
+		h.m.KeepChanges(pos[0] == "on")
+		h.changes = pos[0] == "on"
+		return ""
+	case "getrecord":
+		rec, idx, ok := h.m.Record(ns, splitNames(pos[0])[0])
+		if !ok {
+			return fmt.Sprintf("none at index %d\n", idx)
+		}
+		return fmt.Sprintf("%s at index %d\n", fmtRecord(rec), idx)
 	}
 	var c Command
 	switch cmd {
@@ -176,6 +193,25 @@ func (h *harness) run(t *testing.T, f []string) string {
 		}
 		if v, ok := opts["mode"]; ok {
 			r.Mode = Mode(u(v))
+		}
+		if v, ok := opts["ack"]; ok {
+			r.AckBelow = u(v)
+		}
+		if v, ok := opts["max"]; ok {
+			r.MaxHolders = uint32(u(v))
+		}
+		c = r
+	case "record":
+		r := &SetRecord{Session: h.sess(pos[0]), Namespace: ns, RequestID: u(pos[1]), Name: splitNames(pos[2])[0],
+			Delete: flags["delete"], Release: flags["release"]}
+		if len(pos) > 3 && pos[3] != `""` {
+			r.Value = []byte(pos[3])
+		}
+		if v, ok := opts["size"]; ok {
+			r.Value = bytes.Repeat([]byte("x"), int(u(v)))
+		}
+		if v, ok := opts["token"]; ok {
+			r.Token = u(v)
 		}
 		if v, ok := opts["ack"]; ok {
 			r.AckBelow = u(v)
@@ -218,6 +254,10 @@ func (h *harness) run(t *testing.T, f []string) string {
 				l.maxFinished = n
 			case "MaxReasonBytes":
 				l.maxReasonBytes = n
+			case "MaxRecordBytes":
+				l.MaxRecordBytes = n
+			case "MaxNamespaceRecordBytes":
+				l.MaxNamespaceRecordBytes = n
 			default:
 				t.Fatalf("unknown limit %s", k)
 			}
@@ -233,9 +273,11 @@ func positional(cmd string) int {
 	switch cmd {
 	case "request":
 		return 3
+	case "record":
+		return 4
 	case "release", "abort":
 		return 2
-	case "open", "close", "expire", "index", "time", "query":
+	case "open", "close", "expire", "index", "time", "query", "changes", "getrecord":
 		return 1
 	}
 	return 0
@@ -289,7 +331,62 @@ func (h *harness) apply(t *testing.T, line string, c Command, open bool, pos []s
 	for _, e := range ap.Events {
 		fmt.Fprintf(&out, "  %s\n", h.event(e))
 	}
+	for _, c := range ap.Changes {
+		fmt.Fprintf(&out, "  %s\n", h.change(c))
+	}
+	if !h.changes && ap.Changes != nil {
+		t.Fatalf("%s: changes while KeepChanges is off: %+v", line, ap.Changes)
+	}
 	return out.String()
+}
+
+func (h *harness) change(c Change) string {
+	s := fmt.Sprintf("~ %s", c.Kind)
+	if c.Namespace != "default" {
+		s += " ns=" + c.Namespace
+	}
+	s += " " + h.name(c.Session)
+	if c.Label != "" {
+		s += fmt.Sprintf(" label=%q", c.Label)
+	}
+	if c.RequestID != 0 {
+		s += fmt.Sprintf(" req=%d", c.RequestID)
+	}
+	if len(c.Names) > 0 {
+		s += fmt.Sprintf(" %s %s", fmtNames(c.Names), c.Mode)
+	}
+	if c.MaxHolders != 0 {
+		s += fmt.Sprintf(" max=%d", c.MaxHolders)
+	}
+	if c.Token != 0 {
+		s += fmt.Sprintf(" token=%d", c.Token)
+	}
+	if c.Cause != causeNone {
+		s += " cause=" + c.Cause.String()
+	}
+	if c.Reason != "" {
+		s += fmt.Sprintf(" reason=%q", c.Reason)
+	}
+	if c.Record != nil {
+		s += " " + fmtRecord(*c.Record)
+	}
+	return s
+}
+
+func fmtRecord(r Record) string {
+	v := string(r.Value)
+	if len(v) > 16 {
+		v = fmt.Sprintf("%s…(%d bytes)", v[:8], len(v))
+	}
+	return fmt.Sprintf("rec %q=%q token=%d at=%d index=%d", r.Name, v, r.Token, r.Time, r.Index)
+}
+
+func fmtRecords(recs []Record) string {
+	var q []string
+	for _, r := range recs {
+		q = append(q, fmtRecord(r))
+	}
+	return "[" + strings.Join(q, ", ") + "]"
 }
 
 func (h *harness) result(r Result) string {
@@ -308,6 +405,12 @@ func (h *harness) result(r Result) string {
 	}
 	if r.Reason != "" {
 		s += fmt.Sprintf(" reason=%q", r.Reason)
+	}
+	if r.Record != nil {
+		s += " " + fmtRecord(*r.Record)
+	}
+	if r.Records != nil {
+		s += " records=" + fmtRecords(r.Records)
 	}
 	if r.Duplicate {
 		s += " (duplicate)"
@@ -335,6 +438,9 @@ func (h *harness) event(e Event) string {
 	if e.Reason != "" {
 		s += fmt.Sprintf(" reason=%q", e.Reason)
 	}
+	if e.Records != nil {
+		s += " records=" + fmtRecords(e.Records)
+	}
 	if e.Reply {
 		s += " (reply)"
 	}
@@ -352,13 +458,25 @@ func fmtNames(names []string) string {
 func (h *harness) query(ns string) string {
 	q := h.m.Query(ns)
 	var b strings.Builder
+	max := func(l LockInfo) string {
+		if l.MaxHolders == 0 {
+			return ""
+		}
+		return fmt.Sprintf(" max=%d", l.MaxHolders)
+	}
 	b.WriteString("held:\n")
 	for _, l := range q.Held {
-		fmt.Fprintf(&b, "  %q %s %s req=%d token=%d at=%d\n", l.Name, l.Mode, h.name(l.Session), l.RequestID, l.Token, l.AcquiredAt)
+		fmt.Fprintf(&b, "  %q %s %s req=%d token=%d at=%d%s\n", l.Name, l.Mode, h.name(l.Session), l.RequestID, l.Token, l.AcquiredAt, max(l))
 	}
 	b.WriteString("pending:\n")
 	for _, l := range q.Pending {
-		fmt.Fprintf(&b, "  %q %s %s req=%d\n", l.Name, l.Mode, h.name(l.Session), l.RequestID)
+		fmt.Fprintf(&b, "  %q %s %s req=%d%s\n", l.Name, l.Mode, h.name(l.Session), l.RequestID, max(l))
+	}
+	if len(q.Records) > 0 {
+		b.WriteString("records:\n")
+		for _, r := range q.Records {
+			fmt.Fprintf(&b, "  %s\n", fmtRecord(r))
+		}
 	}
 	return b.String()
 }

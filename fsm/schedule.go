@@ -15,8 +15,13 @@ type applier struct {
 	out   []Event
 	work  []*resource
 	// own is the request the entry carries, when the entry decides it at
-	// once: its event is marked Reply.
-	own *request
+	// once: its event is marked Reply, and ownRecords are the records its
+	// grant carried (Result.Records).
+	own        *request
+	ownRecords []Record
+	// keep: collect the entry's changes (Machine.KeepChanges, change.go).
+	keep    bool
+	changes []Change
 }
 
 func (a *applier) emit(s *session, e Event) {
@@ -52,7 +57,7 @@ func (a *applier) touch(res *resource) {
 func grantable(r *request) bool {
 	for i := range r.waiters {
 		w := &r.waiters[i]
-		if w.prev != nil || w.res.conflicts(r.mode) {
+		if w.prev != nil || w.res.conflicts(r.mode, r.maxHolders) {
 			return false
 		}
 	}
@@ -60,10 +65,11 @@ func grantable(r *request) bool {
 }
 
 // grantableNew is spec §2.5 for a request not yet in any queue: every one of
-// its queues is empty and no held lock conflicts.
-func (a *applier) grantableNew(names []string, m Mode) bool {
+// its queues is empty and no held lock conflicts (nor, for a semaphore of
+// max holders, are there max of them).
+func (a *applier) grantableNew(names []string, m Mode, max uint32) bool {
 	for _, n := range names {
-		if res := a.ns.resources[n]; res != nil && (res.qhead != nil || res.conflicts(m)) {
+		if res := a.ns.resources[n]; res != nil && (res.qhead != nil || res.conflicts(m, max)) {
 			return false
 		}
 	}
@@ -96,7 +102,9 @@ func (a *applier) process() {
 }
 
 // slots gives r one slot per name, each with the name's resource (created
-// if need be): the resources r will queue on or hold.
+// if need be): the resources r will queue on or hold. A shared request
+// counts on each (SPEC §14: the name's semaphore size is its shared
+// requests').
 func (a *applier) slots(r *request) {
 	if len(r.names) == 1 {
 		r.waiters = r.w1[:1]
@@ -104,8 +112,47 @@ func (a *applier) slots(r *request) {
 		r.waiters = make([]waiter, len(r.names))
 	}
 	for i, n := range r.names {
-		r.waiters[i] = waiter{req: r, res: a.resource(n)}
+		res := a.resource(n)
+		r.waiters[i] = waiter{req: r, res: res}
+		if r.mode == Shared {
+			res.nShared++
+			res.maxHolders = r.maxHolders
+		}
 	}
+	if r.maxHolders > 0 {
+		a.st.nSemaphores++
+	}
+}
+
+// unslot undoes the counts of slots, for a request that ends.
+func (a *applier) unslot(r *request) {
+	if r.mode == Shared {
+		for i := range r.waiters {
+			r.waiters[i].res.nShared--
+		}
+	}
+	if r.maxHolders > 0 {
+		a.st.nSemaphores--
+	}
+}
+
+// semaphoreConflict is SPEC §14's agreement: a shared request's
+// maxHolders must be the N of every name's held and queued shared
+// requests.
+func (a *applier) semaphoreConflict(names []string, max uint32) *Error {
+	for _, n := range names {
+		if res := a.ns.resources[n]; res != nil && res.nShared > 0 && res.maxHolders != max {
+			return errorf(CodeNotSupported, "name %s is a semaphore of %s: a shared request for it cannot ask for %s", quote(n), holdersOf(res.maxHolders), holdersOf(max))
+		}
+	}
+	return nil
+}
+
+func holdersOf(n uint32) string {
+	if n == 0 {
+		return "unlimited holders (maxHolders 0)"
+	}
+	return "maxHolders " + itoa(uint64(n))
 }
 
 // grant adds r to the held lock set (spec §4.4 step 2.1.10) with this
@@ -126,7 +173,19 @@ func (a *applier) grant(r *request) {
 	a.ns.nHeld++
 	r.sess.nHeld++
 	a.st.nHeld++
-	a.emit(r.sess, Event{Kind: EventGranted, RequestID: r.id, Names: r.names, Mode: r.mode, Token: r.token, AcquiredAt: r.acquiredAt, Reply: r == a.own})
+	var recs []Record // SPEC §12: the new holder sees what its predecessor left
+	if len(a.ns.records) > 0 {
+		for _, n := range r.names {
+			if rec := a.ns.records[n]; rec != nil {
+				recs = append(recs, *rec)
+			}
+		}
+		if r == a.own {
+			a.ownRecords = recs
+		}
+	}
+	a.emit(r.sess, Event{Kind: EventGranted, RequestID: r.id, Names: r.names, Mode: r.mode, Token: r.token, AcquiredAt: r.acquiredAt, Records: recs, Reply: r == a.own})
+	a.change(ChangeGranted, r, r.token, causeNone, "")
 }
 
 // enqueue puts r at the end of the queue of every one of its names (spec
@@ -140,6 +199,7 @@ func (a *applier) enqueue(r *request) {
 	a.ns.nPending++
 	r.sess.nPending++
 	a.st.nPending++
+	a.change(ChangeQueued, r, 0, causeNone, "")
 }
 
 // unqueue removes r from every one of its queues (spec §4.3 step 6, §4.4
@@ -196,6 +256,7 @@ func (a *applier) steal(r *request) {
 			h := res.holders[0]
 			a.unhold(h)
 			a.emit(h.sess, Event{Kind: EventLockLost, RequestID: h.id, Names: h.names, Mode: h.mode, Token: h.token, Cause: CauseStolen})
+			a.change(ChangeStolen, h, h.token, CauseStolen, "")
 			a.finish(h, outcome{status: StatusStolen, cause: CauseStolen, token: h.token})
 		}
 	}
@@ -209,6 +270,7 @@ func (a *applier) dropIfEmpty(res *resource) {
 
 // finish forgets a live request and remembers how it ended, for retries.
 func (a *applier) finish(r *request, o outcome) {
+	a.unslot(r)
 	delete(a.st.requests, r.key())
 	r.sess.unlinkLive(r)
 	o.id = r.id

@@ -3,6 +3,7 @@ package fsm
 import (
 	"crypto/sha256"
 	"crypto/subtle"
+	"slices"
 )
 
 // Sessions are capabilities (SPEC §10): only the client that opened a
@@ -172,7 +173,7 @@ func (m *Machine) Precheck(cmd Command) *Error {
 			return errorf(CodeLimit, "session %d holds %d locks and waits for %d: the limit on held locks is %d", s.id, s.nHeld, s.nPending, lim.MaxHeldPerSession)
 		}
 		a := applier{st: m.st, ns: s.ns}
-		if !c.Steal && !c.IfAvailable && s.nPending >= lim.MaxPendingPerSession && !a.grantableNew(c.Names, c.Mode) {
+		if !c.Steal && !c.IfAvailable && s.nPending >= lim.MaxPendingPerSession && !a.grantableNew(c.Names, c.Mode, c.MaxHolders) {
 			return errorf(CodeLimit, "session %d has %d pending requests: the limit is %d", s.id, s.nPending, lim.MaxPendingPerSession)
 		}
 	case *Release:
@@ -193,6 +194,27 @@ func (m *Machine) Precheck(cmd Command) *Error {
 			return nil
 		}
 		return noLock(s.id, c.RequestID)
+	case *SetRecord:
+		// Release's checks, for a record write: what the state makes
+		// certain. A live request's mode and names never change, nor a
+		// held one's token, and a finished request never holds again;
+		// an id the session has no record of is, as for Release, certain
+		// only once the caller confirmed it after a read barrier.
+		s := m.st.sessions[c.Session]
+		if s == nil || s.ns.name != c.Namespace {
+			return nil
+		}
+		a := applier{st: m.st, ns: s.ns}
+		if r := m.st.requests[reqKey{s.id, c.RequestID}]; r != nil {
+			if r.mode != Exclusive || !slices.Contains(r.names, c.Name) || (r.held && r.token != c.Token) {
+				return a.notHolder(c)
+			}
+			return nil
+		}
+		if o, done := s.find(c.RequestID); done && c.Release && o.status == StatusReleased && o.token == c.Token {
+			return nil // a retry: Apply answers it as a duplicate
+		}
+		return a.notHolder(c)
 	}
 	return nil
 }

@@ -66,17 +66,20 @@ func (a *applier) end(s *session, cause Cause) {
 		if !r.held {
 			a.unqueue(r)
 			a.emit(s, Event{Kind: EventAborted, RequestID: r.id, Names: r.names, Mode: r.mode, Cause: cause})
+			a.change(ChangeAborted, r, 0, cause, "")
 		}
 	}
 	for r := s.liveHead; r != nil; r = r.snext {
 		if r.held {
 			a.unhold(r)
 			a.emit(s, Event{Kind: EventLockLost, RequestID: r.id, Names: r.names, Mode: r.mode, Token: r.token, Cause: cause})
+			a.change(ChangeReleased, r, r.token, cause, "")
 		}
 	}
 	for r := s.liveHead; r != nil; {
 		next := r.snext
 		a.st.cow.request(r)
+		a.unslot(r)
 		delete(a.st.requests, r.key())
 		r.sprev, r.snext = nil, nil
 		r = next
@@ -84,6 +87,7 @@ func (a *applier) end(s *session, cause Cause) {
 	a.st.cow.session(s)
 	s.liveHead, s.liveTail = nil, nil
 	a.emit(s, Event{Kind: EventSessionEnded, Cause: cause})
+	a.sessionEnded(s, cause)
 	a.process()
 	delete(a.st.sessions, s.id)
 	a.st.unlinkSession(s)
@@ -91,7 +95,7 @@ func (a *applier) end(s *session, cause Cause) {
 	s.finished = nil
 	ns := s.ns
 	ns.sessions--
-	if ns.sessions == 0 {
+	if ns.sessions == 0 && len(ns.records) == 0 { // SPEC §12: records keep it
 		delete(a.st.namespaces, ns.name)
 	}
 }

@@ -1,6 +1,9 @@
 package fsm
 
-import "fmt"
+import (
+	"fmt"
+	"math"
+)
 
 // decodeSessions reads the sessions with their live requests, and returns
 // the requests in snapshot order. They are linked into their namespaces
@@ -54,6 +57,13 @@ func decodeSessions(d *decoder, st *state) ([]*request, error) {
 			}
 			r.mode, r.signal, r.requestedAt = Mode(d.byte1()), d.bool1(), d.varint()
 			r.held, r.token, r.acquiredAt = d.bool1(), d.uvarint(), d.varint()
+			if d.version >= 4 {
+				n := d.uvarint()
+				if d.err == nil && (n > math.MaxUint32 || (n > 0 && r.mode != Shared)) {
+					return nil, fmt.Errorf("fsm: snapshot request %d of session %d has maxHolders %d in mode %s", r.id, s.id, n, r.mode)
+				}
+				r.maxHolders = uint32(n)
+			}
 			if d.err != nil {
 				break
 			}
@@ -84,9 +94,11 @@ func decodeNamespaces(d *decoder, st *state, all []*request) error {
 		names += uint64(len(r.names))
 	}
 	n := d.count(2)
-	if d.err == nil && n != len(st.namespaces) {
-		return fmt.Errorf("fsm: snapshot has %d namespaces for sessions of %d", n, len(st.namespaces))
+	withSessions, listed := len(st.namespaces), 0
+	if d.err == nil && (n < withSessions || (d.version < 4 && n != withSessions)) {
+		return fmt.Errorf("fsm: snapshot has %d namespaces for sessions of %d", n, withSessions)
 	}
+	var prev string
 	ref := func(ns *namespace) (*request, error) {
 		i := d.uvarint()
 		if d.err != nil {
@@ -99,8 +111,18 @@ func decodeNamespaces(d *decoder, st *state, all []*request) error {
 	}
 	for i := 0; i < n && d.err == nil; i++ {
 		name := d.str()
+		if d.version >= 4 && i > 0 && name <= prev && d.err == nil {
+			return fmt.Errorf("fsm: snapshot namespaces out of order at %s", quote(name))
+		}
+		prev = name
 		ns := st.namespaces[name]
-		if ns == nil {
+		switch {
+		case ns != nil:
+			listed++
+		case d.version >= 4: // records only: checked below
+			ns = st.newNamespace(name)
+			st.namespaces[name] = ns
+		default:
 			return fmt.Errorf("fsm: snapshot namespace %s has no session", quote(name))
 		}
 		// A size hint, bounded by the names the requests actually name.
@@ -138,6 +160,43 @@ func decodeNamespaces(d *decoder, st *state, all []*request) error {
 				}
 			}
 		}
+		if d.version >= 4 {
+			if err := decodeRecords(d, st, ns); err != nil {
+				return err
+			}
+		}
+	}
+	if d.err == nil && listed != withSessions {
+		return fmt.Errorf("fsm: snapshot lists %d of the %d namespaces that have sessions", listed, withSessions)
+	}
+	return nil
+}
+
+// decodeRecords reads a namespace's records (format 4), by name.
+func decodeRecords(d *decoder, st *state, ns *namespace) error {
+	k := d.count(5)
+	if k > 0 {
+		ns.records = make(map[string]*Record, k)
+	}
+	for j := 0; j < k && d.err == nil; j++ {
+		rec := &Record{Name: d.str(), Value: d.bytes(), Token: d.uvarint(), Time: d.varint(), Index: d.uvarint()}
+		if d.err != nil {
+			break
+		}
+		if rec.Token == 0 || rec.Token > rec.Index || rec.Index > st.lastIndex {
+			return fmt.Errorf("fsm: snapshot record of %s in namespace %s has token %d and index %d (last index %d)", quote(rec.Name), quote(ns.name), rec.Token, rec.Index, st.lastIndex)
+		}
+		if j > 0 && d.err == nil {
+			if _, dup := ns.records[rec.Name]; dup {
+				return fmt.Errorf("fsm: snapshot has the record of %s twice in namespace %s", quote(rec.Name), quote(ns.name))
+			}
+		}
+		ns.records[rec.Name] = rec
+		ns.recordBytes += recordSize(rec.Name, rec.Value)
+		st.nRecords++
+	}
+	if d.err == nil && ns.sessions == 0 && len(ns.records) == 0 {
+		return fmt.Errorf("fsm: snapshot namespace %s has no session and no record", quote(ns.name))
 	}
 	return nil
 }
@@ -209,6 +268,11 @@ func checkScheduling(st *state) error {
 		}
 	}
 	for _, ns := range st.namespaces {
+		for _, res := range ns.resources {
+			if err := checkSemaphore(ns, res); err != nil {
+				return err
+			}
+		}
 		for r := ns.heldHead; r != nil; r = r.hnext {
 			if r.index > st.lastIndex || r.token > st.lastIndex || r.token == 0 {
 				return fmt.Errorf("fsm: snapshot request %d of session %d has index %d, token %d past last index %d", r.id, r.sess.id, r.index, r.token, st.lastIndex)
@@ -227,6 +291,28 @@ func checkScheduling(st *state) error {
 			if r := res.qhead.req; r.index > st.lastIndex || grantable(r) {
 				return fmt.Errorf("fsm: snapshot queue of %s in namespace %s has a grantable or future head", quote(res.name), quote(ns.name))
 			}
+		}
+	}
+	return nil
+}
+
+// checkSemaphore verifies SPEC §14 on a restored name: its shared
+// requests, held or queued, agree on N, and no more than N hold it.
+func checkSemaphore(ns *namespace, res *resource) error {
+	bad := func() error {
+		return fmt.Errorf("fsm: snapshot shared requests of %s in namespace %s disagree on maxHolders, or exceed it", quote(res.name), quote(ns.name))
+	}
+	for _, h := range res.holders {
+		if h.mode == Shared && h.maxHolders != res.maxHolders {
+			return bad()
+		}
+	}
+	if res.maxHolders > 0 && len(res.holders) > int(res.maxHolders) {
+		return bad()
+	}
+	for w := res.qhead; w != nil; w = w.next {
+		if w.req.mode == Shared && w.req.maxHolders != res.maxHolders {
+			return bad()
 		}
 	}
 	return nil

@@ -23,6 +23,7 @@ type Snap struct {
 	spaces    []nsAt   // sorted by name in Encode
 	closed    []tombstone
 	secret    string // the cluster secret ("": none, or left out)
+	records   bool   // the state holds something of LevelRecords (format 4)
 }
 
 type nsAt struct {
@@ -52,7 +53,8 @@ func (m *Machine) begin() *Snap {
 	st := m.st
 	st.cow.active = true
 	sn := &Snap{m: m, st: st, lastIndex: st.lastIndex, limits: st.limits,
-		requests: len(st.requests), sessions: len(st.sessions), head: st.sessHead, secret: st.clusterSecret}
+		requests: len(st.requests), sessions: len(st.sessions), head: st.sessHead, secret: st.clusterSecret,
+		records: st.usesRecords()}
 	sn.members = make([]Member, 0, len(st.members))
 	for _, mb := range st.members {
 		sn.members = append(sn.members, mb)
@@ -104,7 +106,7 @@ func (sn *Snap) Encode() ([]byte, error) {
 	sort.Slice(sn.spaces, func(i, j int) bool { return sn.spaces[i].name < sn.spaces[j].name })
 	en := encoder{b: make([]byte, 0, 64+sn.requests*64+sn.sessions*48)}
 	en.b = append(en.b, snapMagic...)
-	version := snapFormat(sn.secret != "") // 2 without the cluster secret (snapshot.go, level.go)
+	version := snapFormat(sn.secret != "", sn.records) // the oldest that carries the state (snapshot.go, level.go)
 	en.uvarint(version)
 	en.uvarint(sn.lastIndex)
 	encodeLimits(&en, &sn.limits)
@@ -114,7 +116,7 @@ func (sn *Snap) Encode() ([]byte, error) {
 	}
 	en.uvarint(uint64(sn.requests)) // lets restore size its maps once
 
-	if err := sn.walk(&en); err != nil {
+	if err := sn.walk(&en, version); err != nil {
 		return nil, err
 	}
 	en.uvarint(uint64(len(sn.closed)))
@@ -124,7 +126,7 @@ func (sn *Snap) Encode() ([]byte, error) {
 		en.str(t.secret)
 	}
 	if version >= 3 {
-		en.str(sn.secret)
+		en.str(sn.secret) // "" in format 4 without the secret
 	}
 	return binary.LittleEndian.AppendUint32(en.b, crc32.Checksum(en.b, crcTable)), nil
 }
@@ -141,7 +143,7 @@ func (sn *Snap) EncodeBackup() ([]byte, error) {
 // it lets go between chunks. Every list it follows is bounded by the counts
 // taken at the point, so a state that does not add up (a change that
 // escaped copy-on-write) is an error, never an endless walk.
-func (sn *Snap) walk(en *encoder) error {
+func (sn *Snap) walk(en *encoder, version uint64) error {
 	w := walker{m: sn.m, chunk: snapChunk}
 	if sn.m.snapChunk > 0 {
 		w.chunk = sn.m.snapChunk
@@ -153,10 +155,10 @@ func (sn *Snap) walk(en *encoder) error {
 			w.m.mu.RUnlock()
 		}
 	}()
-	if err := sn.encodeSessions(en, &w); err != nil {
+	if err := sn.encodeSessions(en, &w, version); err != nil {
 		return err
 	}
-	return sn.encodeNamespaces(en, &w)
+	return sn.encodeNamespaces(en, &w, version)
 }
 
 func (sn *Snap) escaped(what string, n int) error {
@@ -189,7 +191,7 @@ func (w *walker) step() {
 
 // encodeSessions writes the sessions by id, each with its live requests in
 // creation order, numbering the requests (ord) for the namespaces.
-func (sn *Snap) encodeSessions(en *encoder, w *walker) error {
+func (sn *Snap) encodeSessions(en *encoder, w *walker, version uint64) error {
 	en.uvarint(uint64(sn.sessions))
 	var ord uint32 // requests are referred to by their order in the snapshot
 	sessions, requests := 0, 0
@@ -239,6 +241,9 @@ func (sn *Snap) encodeSessions(en *encoder, w *walker) error {
 			en.bool1(rv.held)
 			en.uvarint(rv.token)
 			en.varint(rv.acquiredAt)
+			if version >= 4 {
+				en.uvarint(uint64(rv.maxHolders))
+			}
 			r = rv.snext
 		}
 		s = next
@@ -251,7 +256,7 @@ func (sn *Snap) encodeSessions(en *encoder, w *walker) error {
 
 // encodeNamespaces writes each namespace's held set in grant order and its
 // queues in creation order, as positions of the requests above.
-func (sn *Snap) encodeNamespaces(en *encoder, w *walker) error {
+func (sn *Snap) encodeNamespaces(en *encoder, w *walker, version uint64) error {
 	en.uvarint(uint64(len(sn.spaces)))
 	for _, at := range sn.spaces {
 		w.step()
@@ -259,7 +264,7 @@ func (sn *Snap) encodeNamespaces(en *encoder, w *walker) error {
 		en.str(at.name)
 		en.uvarint(uint64(at.resources))
 		en.uvarint(uint64(v.nHeld))
-		held, queues, nHeld := v.heldHead, v.queueHead, v.nHeld
+		held, queues, nHeld, records := v.heldHead, v.queueHead, v.nHeld, v.records
 		k := 0
 		for r := held; r != nil; k++ {
 			if k == nHeld {
@@ -310,6 +315,30 @@ func (sn *Snap) encodeNamespaces(en *encoder, w *walker) error {
 			}
 			res = next
 		}
+		if version >= 4 {
+			encodeRecords(en, w, records)
+		}
 	}
 	return nil
+}
+
+// encodeRecords writes a namespace's records by name. recs is the map as
+// it was at the point: a write after it goes to a copy (writeRecords), and
+// a Record is never changed in place.
+func encodeRecords(en *encoder, w *walker, recs map[string]*Record) {
+	names := make([]string, 0, len(recs))
+	for name := range recs {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	en.uvarint(uint64(len(names)))
+	for _, name := range names {
+		w.step()
+		rec := recs[name]
+		en.str(rec.Name)
+		en.bytes(rec.Value)
+		en.uvarint(rec.Token)
+		en.varint(rec.Time)
+		en.uvarint(rec.Index)
+	}
 }

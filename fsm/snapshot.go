@@ -10,24 +10,31 @@ import (
 	"io"
 )
 
-// The snapshot format, version 3 (every count and number a varint):
+// The snapshot format, version 4 (every count and number a varint):
 //
 //	"LCKSNAP\x00" version
 //	last index, limits, member directory by id, number of live requests
 //	sessions by id: id namespace client-id label ttl opened-at secret-hash
 //	    event-seq floor, finished outcomes (id status cause token reason),
 //	    live requests in creation order (id index names mode signal
-//	    requested-at held token acquired-at)
+//	    requested-at held token acquired-at max-holders)
 //	namespaces by name: the number of names in use, the held set in grant
 //	    order and the queues in creation order, each a list of requests
-//	    given by their position in the sessions above
+//	    given by their position in the sessions above, and the records by
+//	    name (name value token time index); a namespace with records and
+//	    no session is listed too
 //	ended sessions' tombstones, oldest first: id namespace secret-hash
 //	the cluster secret (clustersecret.go)
 //	CRC-32C of all of the above, 4 bytes little endian
 //
-// A state without a cluster secret is written as version 2, which has no
-// cluster secret and is otherwise the same, so that a node of the version
-// before can still restore it; so is a backup (Snap.EncodeBackup). Version
+// The oldest version that carries the state is written (level.go,
+// snapFormat): version 4 only for a state that holds records, a semaphore
+// request or record limits other than the defaults (its cluster secret may
+// be empty: a backup leaves it out); otherwise version 3, which has no
+// max-holders, no records and only the default record limits (the limits
+// have 11 fields), or, without a cluster secret, version 2, which has no
+// cluster secret either, so that a node of the release before can still
+// restore it; so is a backup (Snap.EncodeBackup) of such a state. Version
 // 1 (still restored) has no secret hashes and no tombstones either.
 //
 // Everything is written in an order fixed by the state itself, so equal
@@ -36,7 +43,7 @@ import (
 var snapMagic = []byte("LCKSNAP\x00")
 
 const (
-	snapVersion    = 3
+	snapVersion    = 4
 	minSnapVersion = 1
 )
 
@@ -140,7 +147,7 @@ func decodeState(b []byte) (*state, error) {
 	}
 	if d.version >= 3 {
 		st.clusterSecret = d.str()
-		if n := len(st.clusterSecret); d.err == nil && (n < minClusterSecret || n > maxClusterSecret) {
+		if n := len(st.clusterSecret); d.err == nil && (n < minClusterSecret || n > maxClusterSecret) && (n != 0 || d.version < 4) {
 			return nil, fmt.Errorf("fsm: snapshot has a malformed cluster secret (%d bytes)", n)
 		}
 	}

@@ -291,7 +291,7 @@ func TestUnknownEntryIgnored(t *testing.T) {
 	m, idx := richMachine(t, false)
 	before, q := m.Digest(), m.Query("n1")
 	ap, err := m.ApplyBytes(idx, []byte{envelopeVersion, 99, flagIgnore, 0x7e, 1, 2, 3})
-	if err != nil || ap.Result != (Result{Status: statusIgnored}) || len(ap.Events) != 0 {
+	if err != nil || !reflect.DeepEqual(ap.Result, Result{Status: statusIgnored}) || len(ap.Events) != 0 {
 		t.Fatalf("ApplyBytes = %+v, %v; want ignored", ap, err)
 	}
 	if m.LastIndex() != idx || !reflect.DeepEqual(m.Query("n1"), q) {

@@ -22,6 +22,12 @@ type state struct {
 	// clustersecret.go).
 	clusterSecret string
 	cow           *cow // copy-on-write for the snapshot being encoded (cow.go)
+	// nRecords counts the records of every namespace, nSemaphores the
+	// live requests with a MaxHolders: while both are 0 (and the record
+	// limits are the defaults) a snapshot is written in a format the
+	// release before reads (snapFormat).
+	nRecords    int
+	nSemaphores int
 }
 
 type reqKey struct{ session, id uint64 }
@@ -72,7 +78,7 @@ func (st *state) unlinkSession(s *session) {
 }
 
 // namespace is the spec's origin: its held lock set and its lock request
-// queue map. It exists while it has live sessions.
+// queue map. It exists while it has live sessions or records (SPEC §12).
 type namespace struct {
 	name      string
 	resources map[string]*resource // names with a holder or a queue
@@ -82,8 +88,14 @@ type namespace struct {
 	queueHead, queueTail *resource
 	sessions             int64
 	nHeld, nPending      int
-	cow                  *cow       // its state's
-	frozen               *namespace // as it was when the snapshot began (cow.go)
+	// records by name (apply_record.go). The map is copied on write while
+	// a snapshot is encoded: the frozen namespace keeps the map as it was,
+	// and recCopied says that records is already the copy (cow.go).
+	records     map[string]*Record
+	recordBytes int64 // the names and values of records
+	recCopied   bool
+	cow         *cow       // its state's
+	frozen      *namespace // as it was when the snapshot began (cow.go)
 }
 
 // resource is one name of a namespace: the locks that hold it and its lock
@@ -97,6 +109,10 @@ type resource struct {
 	qprev, qnext *resource
 	// inWork is true while the resource is on the entry's work list.
 	inWork bool
+	// nShared counts the shared requests that hold or wait for the name,
+	// and maxHolders is the N they agree on (SPEC §14; 0: unlimited).
+	nShared    int32
+	maxHolders uint32
 }
 
 // waiter is a request's slot for one of its names: the name's resource, and
@@ -115,6 +131,7 @@ type request struct {
 	names       []string
 	mode        Mode
 	signal      bool
+	maxHolders  uint32 // a shared request's semaphore size (SPEC §14); 0: unlimited
 	held        bool   // granted: the lock is held (the fields below are set)
 	ord         uint32 // its position in the snapshot being encoded (snapMu)
 	requestedAt int64
@@ -170,12 +187,13 @@ func (r *request) key() reqKey { return reqKey{r.sess.id, r.id} }
 func (w *waiter) linked() bool { return w.prev != nil || w.res.qhead == w }
 
 // conflicts reports whether a held lock on res keeps a request of mode m
-// from being granted (spec §2.5 steps 8 and 9).
-func (res *resource) conflicts(m Mode) bool {
+// from being granted (spec §2.5 steps 8 and 9), or, for a shared request
+// of a semaphore of n holders, whether it has n already (SPEC §14).
+func (res *resource) conflicts(m Mode, n uint32) bool {
 	if len(res.holders) == 0 {
 		return false
 	}
-	return m == Exclusive || res.holders[0].mode == Exclusive
+	return m == Exclusive || res.holders[0].mode == Exclusive || (n > 0 && len(res.holders) >= int(n))
 }
 
 func (res *resource) empty() bool { return len(res.holders) == 0 && res.qhead == nil }
