@@ -79,6 +79,7 @@ func TestGateAsksEverySessionScopedCommandForItsSecret(t *testing.T) {
 	// A valid command of each session-scoped type, acting for session id
 	// in ns: one the gate's other checks (limits, certain refusals) let
 	// through.
+	var token uint64 // the grant a record write writes under (made below)
 	examples := map[reflect.Type]func(id uint64, ns string) fsm.Command{
 		reflect.TypeFor[*fsm.Request](): func(id uint64, ns string) fsm.Command {
 			return &fsm.Request{Session: id, Namespace: ns, RequestID: 1, Names: []string{"x"}, Mode: fsm.Exclusive}
@@ -91,6 +92,9 @@ func TestGateAsksEverySessionScopedCommandForItsSecret(t *testing.T) {
 		},
 		reflect.TypeFor[*fsm.CloseSession](): func(id uint64, ns string) fsm.Command {
 			return &fsm.CloseSession{Session: id, Namespace: ns}
+		},
+		reflect.TypeFor[*fsm.SetRecord](): func(id uint64, ns string) fsm.Command {
+			return &fsm.SetRecord{Session: id, Namespace: ns, RequestID: 1, Token: token, Name: "rec", Value: []byte("v")}
 		},
 	}
 	forged := make([]byte, 32)
@@ -106,12 +110,18 @@ func TestGateAsksEverySessionScopedCommandForItsSecret(t *testing.T) {
 			continue
 		}
 		owner, other := n.open(t, "sec"), n.open(t, "sec")
-		if rt == reflect.TypeFor[*fsm.Release]() {
-			// The gate refuses a release of a request id the session
-			// never made: make it.
-			if _, err := n.request(testCtx(t), owner, "sec", 1, "x"); err != nil {
+		if rt == reflect.TypeFor[*fsm.Release]() || rt == reflect.TypeFor[*fsm.SetRecord]() {
+			// The gate refuses a release (or a record write) of a
+			// request id the session never made: make it.
+			name := "x"
+			if rt == reflect.TypeFor[*fsm.SetRecord]() {
+				name = "rec" // its own name: the release's owner may hold x
+			}
+			r, err := n.request(testCtx(t), owner, "sec", 1, name)
+			if err != nil {
 				t.Fatal(err)
 			}
+			token = r.Token
 		}
 		cmd := example(owner.SessionId, "sec")
 		if id, ns, ok := adm.Session(cmd); !ok || id != owner.SessionId || ns != "sec" {

@@ -190,22 +190,13 @@ func (s *Server) gateLevel(cmd fsm.Command) error {
 		return nil
 	}
 	if need > own {
-		return &levelError{entry: cmd.Type(), feature: commandFeature(cmd), need: need, level: own, lowest: s.cfg.Self.ID, why: "is this node, at level " + strconv.Itoa(own)}
+		return &levelError{entry: cmd.Type(), feature: fsm.CommandFeature(cmd), need: need, level: own, lowest: s.cfg.Self.ID, why: "is this node, at level " + strconv.Itoa(own)}
 	}
 	v := s.clusterLevel()
 	if !v.leads || v.known && v.level >= need {
 		return nil
 	}
-	return &levelError{entry: cmd.Type(), feature: commandFeature(cmd), need: need, level: v.level, lowest: v.lowest, why: v.why}
-}
-
-// commandFeature names what of cmd needs its level, for a refusal: the
-// entry type's feature, or the field of a later level it uses.
-func commandFeature(cmd fsm.Command) string {
-	if r, ok := cmd.(*fsm.Request); ok && r.MaxHolders > 0 && fsm.CommandLevel(cmd) > fsm.EntryLevel(r.Type()) {
-		return "semaphores (max_holders)"
-	}
-	return fsm.EntryFeature(cmd.Type())
+	return &levelError{entry: cmd.Type(), feature: fsm.CommandFeature(cmd), need: need, level: v.level, lowest: v.lowest, why: v.why}
 }
 
 // levelError is gateLevel's refusal: FailedPrecondition, CLUSTER_LEVEL.
