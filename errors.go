@@ -114,6 +114,9 @@ func (e *Error) CurrentToken() uint64 { return e.metaUint("current_token") }
 func (e *Error) OldestIndex() uint64 { return e.metaUint("oldest_index") }
 
 func (e *Error) metaUint(key string) uint64 {
+	if e == nil {
+		return 0
+	}
 	n, _ := strconv.ParseUint(e.Metadata[key], 10, 64)
 	return n
 }

@@ -228,15 +228,8 @@ func (l *Lock) writeRecord(ctx context.Context, name string, value []byte, del b
 	if err := l.recordCheck(name); err != nil {
 		return nil, err
 	}
-	if lost := l.lostCause(); lost != nil {
-		return nil, fmt.Errorf("%w: lock %q ended (%w)", ErrNotHolder, name, lost)
-	}
-	l.s.mu.Lock()
-	released := l.lost == ErrReleased
-	l.s.mu.Unlock()
-	if released {
-		return nil, fmt.Errorf("%w: lock %q was released", ErrNotHolder, name)
-	}
+	// A lock that ended here (released, stolen, lost) is not refused
+	// here: the cluster refuses it, naming the name's current token.
 	req := l.recordRequest(name, value, del, false)
 	var resp *pb.SetRecordResponse
 	err := l.s.c.call(ctx, func(ctx context.Context, lc pb.LocksClient) error {
