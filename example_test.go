@@ -156,3 +156,112 @@ func ExampleOptions_steal() {
 	// the stealer holds printer
 	// old holder stolen: true aborted: true
 }
+
+// Records: a lock carries data that only its exclusive holder writes,
+// fenced by its token. The next holder's grant carries what the last one
+// left: here, how far a batch job got.
+func ExampleLock_ReleaseWithRecord() {
+	ctx := context.Background()
+	c, err := lockcluster.Dial(ctx, endpoints(), lockcluster.WithNamespace("example-records"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close(ctx)
+
+	first, err := c.Acquire(ctx, "batch", lockcluster.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	// Release, and leave a note for the next holder, in one entry.
+	if _, err := first.ReleaseWithRecord(ctx, "batch", []byte("done up to row 500")); err != nil {
+		log.Fatal(err)
+	}
+
+	next, err := c.Acquire(ctx, "batch", lockcluster.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer next.Release(ctx)
+	rec, _ := next.Record("batch")
+	fmt.Printf("%s (written by the first holder: %v)\n", rec.Value, rec.Token == first.Token())
+
+	// Anyone can read it, linearizably.
+	rec, found, err := c.Record(ctx, "batch")
+	fmt.Println(found, string(rec.Value), err)
+	// Output:
+	// done up to row 500 (written by the first holder: true)
+	// true done up to row 500 <nil>
+}
+
+// Watch a namespace's changes: first a snapshot, then every change in log
+// order, each with its log index. The watch moves to another node when
+// its node fails and resumes where it was: no gap, no duplicate.
+func ExampleClient_Watch() {
+	ctx := context.Background()
+	c, err := lockcluster.Dial(ctx, endpoints(), lockcluster.WithNamespace("example-watch"), lockcluster.WithLabel("worker-1"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close(ctx)
+
+	w, err := c.Watch(ctx, lockcluster.WatchOptions{Prefix: "jobs/"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer w.Close()
+	ev, err := w.Next(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("snapshot: held", len(ev.Snapshot.Held))
+
+	l, err := c.Acquire(ctx, "jobs/nightly", lockcluster.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	l.ReleaseWithRecord(ctx, "jobs/nightly", []byte("ok"))
+
+	for seen := 0; seen < 3; {
+		ev, err := w.Next(ctx)
+		if err != nil {
+			log.Fatal(err)
+		}
+		for _, ch := range ev.Changes {
+			fmt.Println(ch.Kind, ch.Names, ch.Label)
+			seen++
+		}
+	}
+	// Output:
+	// snapshot: held 0
+	// granted [jobs/nightly] worker-1
+	// record-set [jobs/nightly] worker-1
+	// released [jobs/nightly] worker-1
+}
+
+// A semaphore: a shared lock that at most MaxHolders holders hold at once;
+// the others queue, first come first served.
+func ExampleOptions_maxHolders() {
+	ctx := context.Background()
+	c, err := lockcluster.Dial(ctx, endpoints(), lockcluster.WithNamespace("example-semaphore"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close(ctx)
+
+	slots := lockcluster.Options{Mode: lockcluster.Shared, MaxHolders: 2}
+	a, _ := c.Acquire(ctx, "encoders", slots)
+	defer a.Release(ctx)
+	b, _ := c.Acquire(ctx, "encoders", slots)
+	defer b.Release(ctx)
+
+	third := slots
+	third.IfAvailable = true
+	_, err = c.Acquire(ctx, "encoders", third)
+	fmt.Println("a third encoder:", errors.Is(err, lockcluster.ErrNotAvailable))
+
+	q, _ := c.Query(ctx)
+	fmt.Println("held:", len(q.Held), "max:", q.Held[0].MaxHolders)
+	// Output:
+	// a third encoder: true
+	// held: 2 max: 2
+}
