@@ -57,12 +57,76 @@ func checkState(st *state) error {
 	if len(live) != len(st.requests) || held != st.nHeld || pending != st.nPending {
 		return fmt.Errorf("%d live requests, %d in the index; held %d/%d pending %d/%d", len(live), len(st.requests), held, st.nHeld, pending, st.nPending)
 	}
+	records := 0
 	for name, ns := range st.namespaces {
-		if ns.name != name || ns.sessions != perNS[ns] || ns.sessions == 0 {
-			return fmt.Errorf("namespace %q has %d sessions, counts %d", name, perNS[ns], ns.sessions)
+		if ns.name != name || ns.sessions != perNS[ns] || (ns.sessions == 0 && len(ns.records) == 0) {
+			return fmt.Errorf("namespace %q has %d sessions, counts %d, and %d records", name, perNS[ns], ns.sessions, len(ns.records))
 		}
+		var bytes int64
+		for n, rec := range ns.records {
+			if rec == nil || rec.Name != n || rec.Token == 0 || rec.Token > rec.Index || rec.Index > st.lastIndex {
+				return fmt.Errorf("namespace %q: record %q is malformed: %+v", name, n, rec)
+			}
+			bytes += int64(len(n) + len(rec.Value))
+		}
+		if bytes != ns.recordBytes {
+			return fmt.Errorf("namespace %q counts %d record bytes, has %d", name, ns.recordBytes, bytes)
+		}
+		records += len(ns.records)
 		if err := checkNamespace(st, ns, live); err != nil {
 			return fmt.Errorf("namespace %q: %w", name, err)
+		}
+	}
+	if records != st.nRecords {
+		return fmt.Errorf("%d records, counted %d", records, st.nRecords)
+	}
+	return checkSemaphores(st, live)
+}
+
+// checkSemaphores checks SPEC §14 and its bookkeeping: every resource
+// counts its shared requests, which agree on maxHolders, and no more than
+// that many hold it.
+func checkSemaphores(st *state, live map[*request]bool) error {
+	type count struct {
+		shared int32
+		max    map[uint32]bool
+	}
+	per := map[*resource]*count{}
+	sem := 0
+	for r := range live {
+		if r.maxHolders > 0 {
+			sem++
+			if r.mode != Shared {
+				return fmt.Errorf("request %d of session %d: maxHolders %d in mode %s", r.id, r.sess.id, r.maxHolders, r.mode)
+			}
+		}
+		if r.mode != Shared {
+			continue
+		}
+		for i := range r.waiters {
+			res := r.waiters[i].res
+			if per[res] == nil {
+				per[res] = &count{max: map[uint32]bool{}}
+			}
+			per[res].shared++
+			per[res].max[r.maxHolders] = true
+		}
+	}
+	if sem != st.nSemaphores {
+		return fmt.Errorf("%d semaphore requests, counted %d", sem, st.nSemaphores)
+	}
+	for _, ns := range st.namespaces {
+		for name, res := range ns.resources {
+			c := per[res]
+			if c == nil {
+				c = &count{}
+			}
+			if c.shared != res.nShared || len(c.max) > 1 || (c.shared > 0 && !c.max[res.maxHolders]) {
+				return fmt.Errorf("resource %q counts %d shared of max %d, has %d of %v", name, res.nShared, res.maxHolders, c.shared, c.max)
+			}
+			if res.maxHolders > 0 && c.shared > 0 && len(res.holders) > int(res.maxHolders) {
+				return fmt.Errorf("resource %q has %d holders, max %d", name, len(res.holders), res.maxHolders)
+			}
 		}
 	}
 	return nil
@@ -160,6 +224,9 @@ func headGrantable(ns *namespace, r *request, heldOn map[string][]*request) bool
 				return false
 			}
 		}
+		if r.maxHolders > 0 && len(heldOn[name]) >= int(r.maxHolders) { // SPEC §14
+			return false
+		}
 	}
 	return true
 }
@@ -215,7 +282,13 @@ func FuzzApplyBytes(f *testing.F) {
 			if err := checkState(m.st); err != nil {
 				t.Fatalf("after applying it twice: %v (%+v)", err, ap2.Result)
 			}
-			if m.st.lastIndex = idx; e.Cmd.Type() != typeOpenSession && (m.Digest() != once || len(ap2.Events) > 0) {
+			// A record write that does not release writes again (with
+			// the new entry's index): it is not a retry.
+			rewrite := false
+			if sr, ok := e.Cmd.(*SetRecord); ok && !sr.Release && ap2.Result.Err == nil {
+				rewrite = true
+			}
+			if m.st.lastIndex = idx; e.Cmd.Type() != typeOpenSession && !rewrite && (m.Digest() != once || len(ap2.Events) > 0) {
 				t.Fatalf("applying it again changed the state: %+v then %+v, events %+v", ap.Result, ap2.Result, ap2.Events)
 			}
 		}
@@ -252,7 +325,10 @@ func checkEvents(m *Machine, cmd Command, idx uint64, ap Applied, seq map[uint64
 	if r, ok := cmd.(*Release); ok && ap.Result.Status == StatusReleased {
 		done[reqKey{r.Session, r.RequestID}] = true
 	}
-	if ap.Result.Status == StatusGranted && !ap.Result.Duplicate && ap.Result.Token != idx {
+	if r, ok := cmd.(*SetRecord); ok && ap.Result.Status == StatusReleased {
+		done[reqKey{r.Session, r.RequestID}] = true
+	}
+	if _, rec := cmd.(*SetRecord); !rec && ap.Result.Status == StatusGranted && !ap.Result.Duplicate && ap.Result.Token != idx {
 		return fmt.Errorf("granted with token %d at index %d", ap.Result.Token, idx)
 	}
 	for k := range m.st.requests {
@@ -275,6 +351,8 @@ func sessionOf(cmd Command) uint64 {
 	case *Release:
 		return c.Session
 	case *Abort:
+		return c.Session
+	case *SetRecord:
 		return c.Session
 	}
 	return 0
@@ -336,6 +414,17 @@ func fuzzSeeds(tb testing.TB) [][]byte {
 		&SetMember{Member: Member{ID: "node1"}, Remove: true}, &SetMember{Member: Member{ID: "n2", HTTPAddr: big}},
 		&SetMember{Member: Member{ID: bad, RaftAddr: "x"}},
 		&SetLimits{Limits: Limits{math.MaxInt64, math.MaxInt64, 1, 1, 1, 1, 1, 1, 1, math.MaxInt64, 1, defaultMaxRecordBytes, defaultMaxNamespaceRecordBytes}},
+		&SetLimits{Limits: Limits{math.MaxInt64, math.MaxInt64, 1, 1, 1, 1, 1, 1, 1, math.MaxInt64, 1, 1, math.MaxInt64}},
+		// Records (session 1 holds "a" exclusively with token 4) and semaphores.
+		&SetRecord{Session: 1, Namespace: "n1", RequestID: 1, Token: 4, Name: "a", Value: []byte("v")},
+		&SetRecord{Session: 1, Namespace: "n1", RequestID: 1, Token: 4, Name: "a", Value: []byte("v"), Release: true, AckBelow: 1},
+		&SetRecord{Session: 1, Namespace: "n1", RequestID: 1, Token: 4, Name: "a", Delete: true, Release: true},
+		&SetRecord{Session: 1, Namespace: "n1", RequestID: 1, Token: 5, Name: "a", Value: []byte(big)},
+		&SetRecord{Session: 2, Namespace: "n1", RequestID: 1, Token: max, Name: bad},
+		&SetRecord{Session: 2, Namespace: "n1", RequestID: 2, Token: 7, Name: "b", Value: []byte{0, 0xff}},
+		&Request{Session: 1, Namespace: "n1", RequestID: 7, Names: []string{"s", "t"}, Mode: Shared, MaxHolders: 1},
+		&Request{Session: 2, Namespace: "n1", RequestID: 7, Names: []string{"b"}, Mode: Shared, MaxHolders: 2},
+		&Request{Session: 2, Namespace: "n1", RequestID: 7, Names: []string{"s"}, MaxHolders: math.MaxUint32},
 	}
 	var out [][]byte
 	for _, c := range cmds {

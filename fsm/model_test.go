@@ -13,12 +13,15 @@ import (
 // follows the doc comments of Request.AckBelow and Result.Duplicate.
 type model struct {
 	maxFinished int64 // Limits.maxFinished
-	index       uint64
-	time        int64
-	sessions    map[uint64]*mSession
-	ns          map[string]*mNamespace
-	events      []Event // of the entry being applied
-	own         *mReq   // the request the entry carries: its immediate outcome is a Reply
+	// Limits.MaxRecordBytes, MaxNamespaceRecordBytes (SPEC §12).
+	maxRecord, maxNSRecords int64
+	index                   uint64
+	time                    int64
+	sessions                map[uint64]*mSession
+	ns                      map[string]*mNamespace
+	events                  []Event  // of the entry being applied
+	own                     *mReq    // the request the entry carries: its immediate outcome is a Reply
+	changes                 []Change // of the entry being applied (SPEC §13)
 }
 
 type mReq struct {
@@ -26,9 +29,11 @@ type mReq struct {
 	id              uint64
 	names           []string
 	mode            Mode
+	maxHolders      uint32 // SPEC §14
 	held            bool
 	token           uint64 // the index of the entry that granted it
 	requestedAt, at int64
+	records         []Record // what its grant carried
 }
 
 type mSession struct {
@@ -44,19 +49,49 @@ type mQueue struct {
 	reqs []*mReq
 }
 type mNamespace struct {
-	held   []*mReq   // grant order
-	queues []*mQueue // creation order; an emptied queue is dropped
+	name    string
+	held    []*mReq   // grant order
+	queues  []*mQueue // creation order; an emptied queue is dropped
+	records map[string]Record
 }
 
 func newModel() *model {
-	return &model{maxFinished: DefaultLimits().maxFinished, sessions: map[uint64]*mSession{}, ns: map[string]*mNamespace{}}
+	l := DefaultLimits()
+	return &model{maxFinished: l.maxFinished, maxRecord: l.MaxRecordBytes, maxNSRecords: l.MaxNamespaceRecordBytes,
+		sessions: map[uint64]*mSession{}, ns: map[string]*mNamespace{}}
 }
 
 func (m *model) namespace(name string) *mNamespace {
 	if m.ns[name] == nil {
-		m.ns[name] = &mNamespace{}
+		m.ns[name] = &mNamespace{name: name, records: map[string]Record{}}
 	}
 	return m.ns[name]
+}
+
+// change notes a change about r (SPEC §13).
+func (m *model) change(ns *mNamespace, k ChangeKind, r *mReq, token uint64, cause Cause, reason string) {
+	m.changes = append(m.changes, Change{Kind: k, Namespace: ns.name, Names: r.names, Mode: r.mode, MaxHolders: r.maxHolders,
+		Session: r.sess.id, RequestID: r.id, ClientID: r.sess.clientID, Label: r.sess.label, Token: token, Cause: cause, Reason: reason})
+}
+
+// semaphoreN is SPEC §14: the N the held and queued shared requests of
+// name agree on, and whether there is any.
+func (ns *mNamespace) semaphoreN(name string) (uint32, bool) {
+	for _, h := range ns.held {
+		if h.mode == Shared && slices.Contains(h.names, name) {
+			return h.maxHolders, true
+		}
+	}
+	for _, q := range ns.queues {
+		if q.name == name {
+			for _, r := range q.reqs {
+				if r.mode == Shared {
+					return r.maxHolders, true
+				}
+			}
+		}
+	}
+	return 0, false
 }
 
 func (m *model) emit(s *mSession, e Event) {
@@ -86,10 +121,17 @@ func (ns *mNamespace) grantable(r *mReq) bool {
 				return false
 			}
 		}
+		holders := 0
 		for _, h := range ns.held {
 			if slices.Contains(h.names, name) && (r.mode == Exclusive || h.mode == Exclusive) { // steps 8, 9
 				return false
 			}
+			if slices.Contains(h.names, name) {
+				holders++
+			}
+		}
+		if r.maxHolders > 0 && holders >= int(r.maxHolders) { // SPEC §14
+			return false
 		}
 	}
 	return true
@@ -123,7 +165,13 @@ func (m *model) process(ns *mNamespace) {
 				ns.unqueue(r)
 				r.held, r.token, r.at = true, m.index, m.time
 				ns.held = append(ns.held, r)
-				m.emit(r.sess, Event{Kind: EventGranted, RequestID: r.id, Names: r.names, Mode: r.mode, Token: r.token, AcquiredAt: r.at, Reply: r == m.own})
+				for _, n := range r.names { // SPEC §12
+					if rec, ok := ns.records[n]; ok {
+						r.records = append(r.records, rec)
+					}
+				}
+				m.emit(r.sess, Event{Kind: EventGranted, RequestID: r.id, Names: r.names, Mode: r.mode, Token: r.token, AcquiredAt: r.at, Records: r.records, Reply: r == m.own})
+				m.change(ns, ChangeGranted, r, r.token, causeNone, "")
 				changed = true
 			}
 		}
@@ -186,9 +234,10 @@ func dupOf(o RequestState) Result {
 	return Result{Status: o.Status, Token: o.Token, Cause: o.Cause, Reason: o.Reason, Duplicate: true}
 }
 
-// apply applies one entry; the Result's Err, when set, carries only a code.
+// apply applies one entry; the Result's Err, when set, carries only a code
+// (and, for CodeNotHolder, the token).
 func (m *model) apply(index uint64, time int64, cmd Command) (Result, []Event) {
-	m.index, m.time, m.events = index, time, nil
+	m.index, m.time, m.events, m.changes = index, time, nil, nil
 	var res Result
 	switch c := cmd.(type) {
 	case *OpenSession:
@@ -208,8 +257,11 @@ func (m *model) apply(index uint64, time int64, cmd Command) (Result, []Event) {
 		res = m.release(c)
 	case *Abort:
 		res = m.abort(c)
-	case *SetLimits: // only maxFinished differs from the defaults
+	case *SetRecord:
+		res = m.setRecord(c)
+	case *SetLimits: // only maxFinished and the record limits differ from the defaults
 		m.maxFinished = c.Limits.maxFinished
+		m.maxRecord, m.maxNSRecords = c.Limits.MaxRecordBytes, c.Limits.MaxNamespaceRecordBytes
 		for _, s := range m.sessions {
 			s.trim(m.maxFinished)
 		}
@@ -220,7 +272,7 @@ func (m *model) apply(index uint64, time int64, cmd Command) (Result, []Event) {
 
 // request is spec §3.2.1 steps 6–8 and §4.1, with SPEC §6 retries.
 func (m *model) request(c *Request) Result {
-	if c.Steal && c.IfAvailable || c.Steal && c.Mode != Exclusive || c.Signal && (c.Steal || c.IfAvailable) {
+	if c.Steal && c.IfAvailable || c.Steal && c.Mode != Exclusive || c.Signal && (c.Steal || c.IfAvailable) || c.MaxHolders > 0 && c.Mode != Shared {
 		return fail(CodeNotSupported)
 	}
 	s := m.lookup(c.Session, c.Namespace)
@@ -239,9 +291,16 @@ func (m *model) request(c *Request) Result {
 	if c.RequestID < s.floor {
 		return fail(CodeInvalid)
 	}
-	s.ack(c.AckBelow)
 	ns := m.namespace(s.ns)
-	r := &mReq{sess: s, id: c.RequestID, names: c.Names, mode: c.Mode, requestedAt: m.time}
+	if c.Mode == Shared { // SPEC §14: every shared request of a name agrees on N
+		for _, name := range c.Names {
+			if n, ok := ns.semaphoreN(name); ok && n != c.MaxHolders {
+				return fail(CodeNotSupported)
+			}
+		}
+	}
+	s.ack(c.AckBelow)
+	r := &mReq{sess: s, id: c.RequestID, names: c.Names, mode: c.Mode, maxHolders: c.MaxHolders, requestedAt: m.time}
 	m.own = r
 	defer func() { m.own = nil }()
 	if c.Steal { // step 2.4
@@ -250,6 +309,7 @@ func (m *model) request(c *Request) Result {
 				if slices.Contains(h.names, name) {
 					ns.unhold(h)
 					m.emit(h.sess, Event{Kind: EventLockLost, RequestID: h.id, Names: h.names, Mode: h.mode, Token: h.token, Cause: CauseStolen})
+					m.change(ns, ChangeStolen, h, h.token, CauseStolen, "")
 					m.finish(h, RequestState{Status: StatusStolen, Cause: CauseStolen, Token: h.token})
 				}
 			}
@@ -270,8 +330,9 @@ func (m *model) request(c *Request) Result {
 	s.live = append(s.live, r)
 	m.process(ns) // step 2.6
 	if r.held {
-		return Result{Status: StatusGranted, Token: r.token, AcquiredAt: r.at}
+		return Result{Status: StatusGranted, Token: r.token, AcquiredAt: r.at, Records: r.records}
 	}
+	m.change(ns, ChangeQueued, r, 0, causeNone, "")
 	return Result{Status: StatusQueued}
 }
 
@@ -286,11 +347,7 @@ func (m *model) release(c *Release) Result {
 			return fail(CodeInvalid)
 		}
 		s.ack(c.AckBelow)
-		ns := m.namespace(s.ns)
-		ns.unhold(r)
-		m.finish(r, RequestState{Status: StatusReleased, Token: r.token})
-		m.process(ns)
-		return Result{Status: StatusReleased, Token: r.token}
+		return m.releaseHeld(r)
 	}
 	if o, ok := s.finished[c.RequestID]; ok {
 		if c.Token != 0 && o.Token != 0 && c.Token != o.Token {
@@ -302,6 +359,85 @@ func (m *model) release(c *Release) Result {
 		return Result{Status: StatusReleased, Token: c.Token, Duplicate: true}
 	}
 	return fail(CodeInvalid)
+}
+
+// releaseHeld is spec §4.2 steps 5–7 for a held request.
+func (m *model) releaseHeld(r *mReq) Result {
+	ns := m.namespace(r.sess.ns)
+	ns.unhold(r)
+	m.change(ns, ChangeReleased, r, r.token, causeNone, "")
+	m.finish(r, RequestState{Status: StatusReleased, Token: r.token})
+	m.process(ns)
+	return Result{Status: StatusReleased, Token: r.token}
+}
+
+// setRecord is SPEC §12: only the exclusive holder of the name, with its
+// grant's token, writes or deletes its record; with Release, the lock is
+// released in the same entry.
+func (m *model) setRecord(c *SetRecord) Result {
+	if c.RequestID == 0 || c.Delete && len(c.Value) > 0 {
+		return fail(CodeInvalid)
+	}
+	if int64(len(c.Value)) > m.maxRecord {
+		return fail(CodeLimit)
+	}
+	ns := m.ns[c.Namespace]
+	notHolder := func() Result {
+		e := &Error{Code: CodeNotHolder}
+		if ns != nil {
+			for _, h := range ns.held {
+				if h.mode == Exclusive && slices.Contains(h.names, c.Name) {
+					e.Token = h.token
+				}
+			}
+		}
+		return Result{Err: e}
+	}
+	s := m.lookup(c.Session, c.Namespace)
+	if s == nil {
+		return notHolder()
+	}
+	r := s.liveReq(c.RequestID)
+	if o, ok := s.finished[c.RequestID]; ok && r == nil && c.Release && o.Status == StatusReleased && o.Token == c.Token {
+		return Result{Status: StatusReleased, Token: o.Token, Duplicate: true}
+	}
+	ns = m.namespace(s.ns)
+	if !c.Delete {
+		size := int64(len(c.Name) + len(c.Value))
+		for n, rec := range ns.records {
+			if n != c.Name {
+				size += int64(len(n) + len(rec.Value))
+			}
+		}
+		if size > m.maxNSRecords {
+			return fail(CodeLimit)
+		}
+	}
+	if r == nil || !r.held || r.mode != Exclusive || r.token != c.Token || !slices.Contains(r.names, c.Name) {
+		return notHolder()
+	}
+	s.ack(c.AckBelow)
+	var res Result
+	if c.Delete {
+		if _, ok := ns.records[c.Name]; ok {
+			delete(ns.records, c.Name)
+			m.change(ns, ChangeRecordDeleted, r, r.token, causeNone, "")
+			m.changes[len(m.changes)-1].Record = &Record{Name: c.Name, Token: c.Token, Time: m.time, Index: m.index}
+		}
+	} else {
+		rec := Record{Name: c.Name, Value: c.Value, Token: c.Token, Time: m.time, Index: m.index}
+		ns.records[c.Name] = rec
+		m.change(ns, ChangeRecordSet, r, r.token, causeNone, "")
+		m.changes[len(m.changes)-1].Record = &rec
+		res.Record = &rec
+	}
+	if c.Release {
+		rel := m.releaseHeld(r)
+		rel.Record = res.Record
+		return rel
+	}
+	res.Status, res.Token = StatusGranted, r.token
+	return res
 }
 
 // abort is spec §4.3, and SPEC §6 (c) when the grant won the race.
@@ -332,6 +468,7 @@ func (m *model) abort(c *Abort) Result {
 			ns.unqueue(r)
 		}
 		ev.Names, ev.Mode, ev.Token = r.names, r.mode, o.Token
+		m.change(ns, ChangeAborted, r, o.Token, CauseAborted, c.Reason)
 		m.finish(r, o)
 	} else {
 		s.remember(c.RequestID, o, m.maxFinished) // an abort that overtook its request
@@ -354,16 +491,19 @@ func (m *model) end(s *mSession, id uint64, cause Cause) Result {
 		if !r.held {
 			ns.unqueue(r)
 			m.emit(s, Event{Kind: EventAborted, RequestID: r.id, Names: r.names, Mode: r.mode, Cause: cause})
+			m.change(ns, ChangeAborted, r, 0, cause, "")
 		}
 	}
 	for _, r := range s.live {
 		if r.held {
 			ns.unhold(r)
 			m.emit(s, Event{Kind: EventLockLost, RequestID: r.id, Names: r.names, Mode: r.mode, Token: r.token, Cause: cause})
+			m.change(ns, ChangeReleased, r, r.token, cause, "")
 		}
 	}
 	s.live = nil
 	m.emit(s, Event{Kind: EventSessionEnded, Cause: cause})
+	m.changes = append(m.changes, Change{Kind: ChangeSessionEnded, Namespace: ns.name, Session: s.id, ClientID: s.clientID, Label: s.label, Cause: cause})
 	m.process(ns)
 	delete(m.sessions, s.id)
 	return Result{Status: StatusClosed, Session: id}

@@ -97,14 +97,20 @@ func fmtCmd(cmd Command) string {
 }
 
 func (g *gen) draw(t *rapid.T, mdl *model) Command {
-	kinds := []string{"open", "close", "expire", "request", "request", "request", "request", "release", "release", "abort", "limits"}
+	kinds := []string{"open", "close", "expire", "request", "request", "request", "request", "release", "release", "abort", "limits", "record", "record"}
 	switch rapid.SampledFrom(kinds).Draw(t, "kind") {
 	case "limits":
 		if rapid.IntRange(0, 2).Draw(t, "doLimits") == 0 {
 			l := DefaultLimits()
 			l.maxFinished = rapid.SampledFrom([]int64{1, 2, 3, l.maxFinished}).Draw(t, "maxFinished")
+			if rapid.IntRange(0, 2).Draw(t, "recordLimits") == 0 {
+				l.MaxRecordBytes = rapid.SampledFrom([]int64{2, 3, l.MaxRecordBytes}).Draw(t, "maxRecord")
+				l.MaxNamespaceRecordBytes = rapid.SampledFrom([]int64{4, 8, l.MaxNamespaceRecordBytes}).Draw(t, "maxNSRecords")
+			}
 			return &SetLimits{Limits: l}
 		}
+	case "record":
+		return g.record(t, mdl)
 	case "open":
 		if len(mdl.sessions) >= 4 {
 			break
@@ -147,12 +153,56 @@ func (g *gen) draw(t *rapid.T, mdl *model) Command {
 	}
 	if !c.Steal && rapid.IntRange(0, 4).Draw(t, "shared") < 2 {
 		c.Mode = Shared
+		// SPEC §14: mostly the N of the first name (so that requests
+		// agree), now and then another.
+		c.MaxHolders = semaphoreOf[c.Names[0]]
+		if rapid.IntRange(0, 5).Draw(t, "otherN") == 0 {
+			c.MaxHolders = rapid.Uint32Range(0, 2).Draw(t, "maxHolders")
+		}
 	}
 	if rapid.IntRange(0, 29).Draw(t, "badOptions") == 0 { // spec §3.2.1 steps 6–8
 		c.Steal, c.IfAvailable, c.Signal = true, rapid.Bool().Draw(t, "ia"), rapid.Bool().Draw(t, "sig")
 		c.Mode = Mode(rapid.IntRange(0, 1).Draw(t, "mode"))
 	}
 	c.AckBelow = g.ack(t, sid)
+	return c
+}
+
+// semaphoreOf is the N the generator mostly asks for, per name.
+var semaphoreOf = map[string]uint32{"a": 2, "b": 1}
+
+// record draws a SetRecord, mostly by a holder with its token.
+func (g *gen) record(t *rapid.T, mdl *model) Command {
+	sid := g.sessionID(t, mdl)
+	c := &SetRecord{Session: sid, Namespace: g.nsOf(t, sid), RequestID: g.requestID(t, mdl, sid, 2),
+		Name: rapid.SampledFrom(testNames).Draw(t, "recName"), AckBelow: g.ack(t, sid)}
+	if s := mdl.sessions[sid]; s != nil {
+		if r := s.liveReq(c.RequestID); r != nil {
+			c.Token = r.token
+			if rapid.IntRange(0, 5).Draw(t, "tokenSkew") == 0 {
+				c.Token++
+			}
+			if rapid.IntRange(0, 5).Draw(t, "otherName") != 0 {
+				c.Name = rapid.SampledFrom(r.names).Draw(t, "ownName")
+			}
+		} else if o, ok := s.finished[c.RequestID]; ok {
+			c.Token = o.Token // a retry
+		}
+	}
+	switch rapid.IntRange(0, 5).Draw(t, "recKind") {
+	case 0:
+		c.Delete = true
+	case 1:
+		c.Delete, c.Release = true, true
+	case 2:
+		c.Release = true
+	}
+	if !c.Delete || rapid.IntRange(0, 9).Draw(t, "deleteWithValue") == 0 {
+		c.Value = []byte(rapid.SampledFrom([]string{"", "v", "vv", "vvvv"}).Draw(t, "value"))
+		if len(c.Value) == 0 {
+			c.Value = nil
+		}
+	}
 	return c
 }
 
@@ -188,7 +238,10 @@ type propHarness struct {
 }
 
 func newPropHarness() *propHarness {
-	return &propHarness{m: New(), twin: New(), mdl: newModel(), g: newGen(), seq: map[uint64]uint64{}, done: map[reqKey]bool{}}
+	h := &propHarness{m: New(), twin: New(), mdl: newModel(), g: newGen(), seq: map[uint64]uint64{}, done: map[reqKey]bool{}}
+	h.m.KeepChanges(true)
+	h.twin.KeepChanges(true)
+	return h
 }
 
 func (h *propHarness) step(t *rapid.T) {
@@ -220,6 +273,7 @@ func (h *propHarness) step(t *rapid.T) {
 	h.g.note(cmd, want)
 	compareResult(t, ap.Result, want)
 	compareEvents(t, ap.Events, wantEv, ended)
+	compareChanges(t, ap.Changes, h.mdl.changes)
 	if err := checkEvents(h.m, cmd, h.index, ap, h.seq, h.g.ns, h.done); err != nil {
 		t.Fatal(err)
 	}
@@ -233,9 +287,52 @@ func compareResult(t *rapid.T, got, want Result) {
 	if codeOf(got.Err) != codeOf(want.Err) {
 		t.Fatalf("result error: got %v (%v), want code %v", codeOf(got.Err), got.Err, codeOf(want.Err))
 	}
+	if g, w := tokenOf(got.Err), tokenOf(want.Err); g != w {
+		t.Fatalf("result error %v: token %d, want %d", got.Err, g, w)
+	}
 	got.Err, want.Err = nil, nil
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("result:\n got  %+v\n want %+v", got, want)
+	}
+}
+
+func tokenOf(err error) uint64 {
+	if e, ok := err.(*Error); ok {
+		return e.Token
+	}
+	return 0
+}
+
+// compareChanges compares an entry's changes with the model's as multisets
+// (the order of grants within one entry is not fixed), and checks the
+// order the machine's have: a session's end comes after its aborts and
+// releases, and a record write before the release it carries.
+func compareChanges(t *rapid.T, got, want []Change) {
+	str := func(cs []Change) []string {
+		var out []string
+		for _, c := range cs {
+			rec := "-"
+			if c.Record != nil {
+				rec = fmt.Sprintf("%+v", *c.Record)
+			}
+			c.Record = nil
+			out = append(out, fmt.Sprintf("%+v %s", c, rec))
+		}
+		sort.Strings(out)
+		return out
+	}
+	if g, w := str(got), str(want); !slices.Equal(g, w) {
+		t.Fatalf("changes:\n got  %s\n want %s", strings.Join(g, "\n      "), strings.Join(w, "\n      "))
+	}
+	for i, c := range got {
+		for _, later := range got[i+1:] {
+			if c.Kind == ChangeSessionEnded && later.Session == c.Session && later.Kind != ChangeGranted {
+				t.Fatalf("change %+v after the end of its session", later)
+			}
+			if (c.Kind == ChangeReleased || c.Kind == ChangeGranted) && later.Kind == ChangeRecordSet {
+				t.Fatalf("a record written after a release or grant: %+v", got)
+			}
+		}
 	}
 }
 
@@ -311,7 +408,7 @@ func TestPropertyModel(t *testing.T) {
 func modelQuery(m *model, name string) QueryResult {
 	q := QueryResult{Held: []LockInfo{}, Pending: []LockInfo{}}
 	info := func(r *mReq, name string) LockInfo {
-		li := LockInfo{Name: name, Mode: r.mode, ClientID: r.sess.clientID, Label: r.sess.label, Session: r.sess.id, RequestID: r.id, RequestedAt: r.requestedAt}
+		li := LockInfo{Name: name, Mode: r.mode, ClientID: r.sess.clientID, Label: r.sess.label, Session: r.sess.id, RequestID: r.id, RequestedAt: r.requestedAt, MaxHolders: r.maxHolders}
 		if r.held {
 			li.Token, li.AcquiredAt = r.token, r.at
 		}
@@ -326,6 +423,16 @@ func modelQuery(m *model, name string) QueryResult {
 		for _, r := range ns.held {
 			for _, n := range r.names {
 				q.Held = append(q.Held, info(r, n))
+			}
+		}
+		// SPEC §12: the records of the names reported, by name.
+		names := map[string]bool{}
+		for _, l := range append(slices.Clone(q.Held), q.Pending...) {
+			names[l.Name] = true
+		}
+		for _, n := range slices.Sorted(maps.Keys(names)) {
+			if rec, ok := ns.records[n]; ok {
+				q.Records = append(q.Records, rec)
 			}
 		}
 	}

@@ -10,8 +10,10 @@ import (
 	"hash/crc32"
 	"io"
 	"math"
+	"os"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"testing/iotest"
@@ -125,6 +127,62 @@ func richMachine(t interface{ Fatalf(string, ...any) }, generous bool) (*Machine
 	return m, uint64(len(cmds) + 1)
 }
 
+// recordsMachine is richMachine with records (one in a namespace whose
+// sessions ended) and a semaphore of two holders: a state of format 4.
+func recordsMachine(t interface{ Fatalf(string, ...any) }) (*Machine, uint64) {
+	m, idx := richMachine(t, false)
+	for _, c := range []Command{
+		&SetRecord{Session: 1, Namespace: "n1", RequestID: 1, Token: 4, Name: "a", Value: []byte("va")},
+		&Request{Session: 2, Namespace: "n1", RequestID: 20, Names: []string{"s"}, Mode: Shared, MaxHolders: 2},
+		&Request{Session: 1, Namespace: "n1", RequestID: 21, Names: []string{"s", "t"}, Mode: Shared, MaxHolders: 2},
+		&Request{Session: 1, Namespace: "n1", RequestID: 22, Names: []string{"s"}, Mode: Shared, MaxHolders: 2},
+		&SetRecord{Session: 3, Namespace: "n2", RequestID: 1, Token: 10, Name: "a", Value: []byte("vb")},
+		&CloseSession{Session: 3, Namespace: "n2"},
+	} {
+		if ap := m.Apply(idx, Entry{Time: int64(idx), Cmd: c}); ap.Result.Err != nil {
+			t.Fatalf("setup %d %T: %v", idx, c, ap.Result.Err)
+		}
+		idx++
+	}
+	return m, idx
+}
+
+// TestRestoreRecordsState restores a state of format 4 and checks that
+// the copy reads the same and goes on the same.
+func TestRestoreRecordsState(t *testing.T) {
+	m, idx := recordsMachine(t)
+	b := m.Snapshot()
+	if _, v, _ := SnapshotHeader(b); v != 4 {
+		t.Fatalf("format %d", v)
+	}
+	c := New()
+	if err := c.Restore(bytes.NewReader(b)); err != nil {
+		t.Fatal(err)
+	}
+	if err := sameMachines(m, c); err != nil {
+		t.Fatal(err)
+	}
+	if rec, _, ok := c.Record("n2", "a"); !ok || string(rec.Value) != "vb" {
+		t.Fatalf("the record of a namespace without sessions: %+v %v", rec, ok)
+	}
+	if q := c.Query("n1"); len(q.Records) != 1 || q.Records[0].Name != "a" || q.Pending[len(q.Pending)-1].MaxHolders != 2 {
+		t.Fatalf("query after restore: %+v", q)
+	}
+	for i, cmd := range []Command{
+		&Release{Session: 2, Namespace: "n1", RequestID: 20}, // grants 1/22 on s
+		&Request{Session: 2, Namespace: "n1", RequestID: 23, Names: []string{"s"}, Mode: Shared, MaxHolders: 3},
+		&SetRecord{Session: 1, Namespace: "n1", RequestID: 1, Token: 4, Name: "a", Delete: true, Release: true},
+		&OpenSession{Namespace: "n2", TTL: 10e9},
+		&CloseSession{Session: 1, Namespace: "n1"},
+	} {
+		e := Entry{Time: 1000, Cmd: cmd}
+		a1, a2 := m.Apply(idx+uint64(i), e), c.Apply(idx+uint64(i), e)
+		if !reflect.DeepEqual(a1, a2) || m.Digest() != c.Digest() {
+			t.Fatalf("after %s:\n%+v\n%+v", fmtCmd(cmd), a1, a2)
+		}
+	}
+}
+
 // TestRestoreRichState restores a state with scoped pending requests,
 // shared holders, finished outcomes and two namespaces, and checks that
 // the copy reads the same and goes on the same.
@@ -210,8 +268,11 @@ func TestRestoreRejectsBadSnapshots(t *testing.T) {
 // that SetLimits would accept, and must not make Apply or Query panic.
 func TestRestoreTamperedSnapshot(t *testing.T) {
 	fails := 0
-	for _, generous := range []bool{false, true} {
-		src, _ := richMachine(t, generous)
+	for _, kind := range []string{"plain", "generous", "records"} {
+		src, _ := richMachine(t, kind == "generous")
+		if kind == "records" {
+			src, _ = recordsMachine(t)
+		}
 		good := src.Snapshot()
 		for i := len(snapMagic); i < len(good)-4 && fails < 3; i++ {
 			for _, x := range []byte{0x01, 0x02, 0x04, 0x40, 0x80, 0xff} {
@@ -246,6 +307,10 @@ func exerciseRestored(b []byte) (err error) {
 				m.Apply(m.LastIndex()+1, Entry{Cmd: &Release{Session: sid, Namespace: ns, RequestID: id}})
 				m.Apply(m.LastIndex()+1, Entry{Cmd: &Request{Session: sid, Namespace: ns, RequestID: id + 10, Names: []string{"a", "b", "c", "d"}, Steal: id%2 == 0}})
 				m.Apply(m.LastIndex()+1, Entry{Cmd: &Abort{Session: sid, Namespace: ns, RequestID: id}})
+				m.Apply(m.LastIndex()+1, Entry{Cmd: &Request{Session: sid, Namespace: ns, RequestID: id + 20, Names: []string{"s"}, Mode: Shared, MaxHolders: uint32(id % 3)}})
+				for _, tok := range []uint64{m.LastIndex() - 1, id} {
+					m.Apply(m.LastIndex()+1, Entry{Cmd: &SetRecord{Session: sid, Namespace: ns, RequestID: id + 10, Token: tok, Name: "a", Value: []byte("v"), Release: id%2 == 1}})
+				}
 			}
 			m.Query(ns)
 		}
@@ -253,6 +318,36 @@ func exerciseRestored(b []byte) (err error) {
 	}
 	m.Snapshot()
 	return err
+}
+
+// The fuzz corpus's entries of LevelRecords decode to what they are named
+// for, and a MaxHolders flag must carry a value in [1, 2³²).
+func TestRecordEntriesDecode(t *testing.T) {
+	for file, want := range map[string]Command{
+		"setrecord-release":  &SetRecord{Session: 1, Namespace: "n1", RequestID: 1, Token: 4, Name: "a", Value: []byte("v"), Release: true},
+		"request-maxholders": &Request{Session: 1, Namespace: "n1", RequestID: 7, Names: []string{"s"}, Mode: Shared, MaxHolders: 3},
+	} {
+		b, err := os.ReadFile("testdata/fuzz/FuzzDecodeEntry/" + file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+		raw, err := strconv.Unquote(strings.TrimSuffix(strings.TrimPrefix(lines[1], "[]byte("), ")"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, err := DecodeEntry([]byte(raw))
+		if err != nil || !reflect.DeepEqual(e.Cmd, want) {
+			t.Errorf("%s: %+v, %v; want %+v", file, e.Cmd, err, want)
+		}
+	}
+	for _, n := range []uint64{0, math.MaxUint32 + 1} {
+		b := []byte{2, 4, 0, 0, 1, 1, 'n', 7, 0, 1, 1, 's', 1, reqMaxHolders}
+		b = binary.AppendUvarint(b, n)
+		if _, err := DecodeEntry(b); err == nil {
+			t.Errorf("maxHolders %d decoded", n)
+		}
+	}
 }
 
 // TestEntryCodecRoundTrip: every command type survives EncodeEntry and
@@ -274,6 +369,10 @@ func TestEntryCodecRoundTrip(t *testing.T) {
 		{Cmd: &SetLimits{Limits: l}},
 		{Cmd: &SetLimits{Limits: Limits{MinTTL: -1, MaxTTL: math.MinInt64}}},
 		{Cmd: &SetMember{Member: Member{ID: "n", RaftAddr: "r", GRPCAddr: "g", HTTPAddr: "h"}, Remove: true}},
+		{Cmd: &Request{Session: 1, Namespace: "n1", RequestID: 3, Names: []string{"s"}, Mode: Shared, MaxHolders: math.MaxUint32}},
+		{Time: 5, Cmd: &SetRecord{Session: 1, Namespace: "n1", RequestID: 2, Token: max, Name: "a", Value: []byte{0, 0xff}, Release: true, AckBelow: 2}},
+		{Cmd: &SetRecord{Session: 1, Namespace: "n1", RequestID: 2, Token: 4, Name: "", Delete: true}},
+		{Cmd: &SetLimits{Limits: func() Limits { l := DefaultLimits(); l.MaxNamespaceRecordBytes = 1; return l }()}},
 	} {
 		b, err := EncodeEntry(e)
 		if err != nil {
