@@ -73,7 +73,9 @@ type Lock struct {
 	lost       error // set, under the session's lock, when the lock ended
 	once       sync.Once
 	relErr     error
-	written    *Record // the record ReleaseWithRecord wrote
+	// written is the record the release wrote (ReleaseWithRecord), set
+	// under the session's lock once the cluster answered it.
+	written *Record
 	// records are the records of the lock's names as they stood at the
 	// grant (record.go); recordsKnown is false while a grant learned from
 	// a sync (which does not carry them) has not had them read.
@@ -222,7 +224,19 @@ func (l *Lock) end(ctx context.Context, rec *pb.SetRecordRequest) error {
 				if err == nil {
 					l.s.c.seen(resp.Index)
 					answered = resp.Status
-					l.written = recordOf(resp.Record)
+					w := recordOf(resp.Record)
+					if w == nil || resp.Duplicate {
+						// A retry of a release with record that was applied
+						// (its answer lost): what it wrote, without the
+						// index and time, which the duplicate does not say.
+						w = &Record{Name: rec.Name, Value: rec.Value, Token: rec.Token}
+						if rec.Delete {
+							w.Value = nil
+						}
+					}
+					l.s.mu.Lock()
+					l.written = w
+					l.s.mu.Unlock()
 				}
 				return err
 			}

@@ -182,6 +182,9 @@ func (l *Lock) DeleteRecord(ctx context.Context, name string) error {
 // its answer; an unconfirmed release goes on being sent, with its record,
 // in the background). A lock lost before it reached the cluster writes
 // nothing: the error matches ErrNotHolder, and the lock's context ends.
+// When the first answer was lost and a retry finds the write applied, the
+// record returned has no Index or WrittenAt (Client.Record reads them, if
+// no later holder wrote over it).
 func (l *Lock) ReleaseWithRecord(ctx context.Context, name string, value []byte) (Record, error) {
 	if err := l.recordCheck(name); err != nil {
 		return Record{}, err
@@ -190,11 +193,15 @@ func (l *Lock) ReleaseWithRecord(ctx context.Context, name string, value []byte)
 	if err != nil {
 		return Record{}, err
 	}
-	if l.written == nil {
-		// Released by an earlier Release, or its answer was a duplicate.
-		return Record{}, fmt.Errorf("%w: lock %q was released without writing its record", ErrNotHolder, name)
+	l.s.mu.Lock()
+	written := l.written
+	l.s.mu.Unlock()
+	if written == nil || written.Name != name {
+		// An earlier Release (or release with another record) ended the
+		// lock, or it had been lost: nothing was written now.
+		return Record{}, fmt.Errorf("%w: lock %q had ended before this release with record (%v): nothing was written", ErrNotHolder, name, context.Cause(l.ctx))
 	}
-	return *l.written, nil
+	return *written, nil
 }
 
 // ReleaseDeletingRecord deletes the record of name and releases the lock,

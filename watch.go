@@ -246,6 +246,12 @@ func (w *Watcher) run() {
 			w.resync = true
 			continue
 		}
+		if w.c != nil {
+			if cerr := w.c.closedErr(); cerr != nil {
+				w.err = cerr // the Client was closed under the watch
+				return
+			}
+		}
 		if fatalWatchError(err) {
 			w.err = fromStatus(err)
 			if status.Code(err) == codes.Unimplemented {

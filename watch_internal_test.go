@@ -217,6 +217,14 @@ func TestWatcherStops(t *testing.T) {
 		t.Fatalf("Next after a refusal: %v", err)
 	}
 
+	// A node of a release without Watch: ErrNotSupported, which observe
+	// takes as its cue to poll query instead.
+	f = &fakeWatch{snapIndex: 1, last: 1, scripts: []streamScript{{k: 0, err: status.Error(codes.Unimplemented, "unknown method Watch")}}}
+	w = startFake(t, f)
+	if _, err := w.Next(context.Background()); !errors.Is(err, ErrNotSupported) {
+		t.Fatalf("Next against a node without Watch: %v", err)
+	}
+
 	w = startFake(t, &fakeWatch{snapIndex: 1, last: 1})
 	next(t, w)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
