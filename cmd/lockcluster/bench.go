@@ -74,6 +74,12 @@ directory). Workloads:
   snapshot     hold --locks locks, then run --workers uncontended pairs while
                saving a snapshot every --snapshot-every: the pairs' latency
                during a snapshot and outside one
+  watch        --workers uncontended pairs while --watchers watches (default
+               1000) of the whole namespace, over --watch-conns connections
+               spread over the nodes, follow it: events/s in all and per
+               watcher, the lag from the leader's entry time to receipt,
+               watches cut (resync: the run is then not valid, exit 1), and
+               whether every watcher received every change the workers caused
 
 It reports acquire+release pairs per second and the p50/p90/p99/p99.9 of the
 acquire latency and of the hand-off (release started → next holder told), and
@@ -130,6 +136,8 @@ Progress goes to stderr once a second;
 	fl.IntVar(&f.floodWorkers, "flood-workers", 64, "flood: concurrent flooding callers")
 	fl.DurationVar(&f.snapEvery, "snapshot-every", 5*time.Second, "snapshot: the pause between one snapshot's end and the next one's start")
 	fl.IntVar(&f.holdWorkers, "hold-workers", 256, "snapshot: acquires in flight while --locks are taken")
+	fl.IntVar(&f.cfg.Watchers, "watchers", 0, "watch: how many watches of the namespace (default 1000)")
+	fl.IntVar(&f.cfg.WatchConns, "watch-conns", 0, "watch: the client connections the watches share, spread over the nodes (default 16; at most 250 watches on one)")
 	return cmd
 }
 
@@ -180,7 +188,7 @@ func runBench(g *globals, f *benchFlags, command string) error {
 	d := &loadgen.Lockcluster{Endpoints: addrs, Namespace: g.namespace, TTL: f.ttl, UnaryWrites: f.unaryWrites}
 	load := loadgen.LoadAvg()
 	var meter *loadgen.CPUMeter
-	if cluster != nil && cfg.Workload != loadgen.Idle && cfg.Workload != loadgen.Failover {
+	if cluster != nil && cfg.Workload != loadgen.Idle && cfg.Workload != loadgen.Failover && cfg.Workload != loadgen.Watch {
 		meter = loadgen.Meter(ctx, cluster)
 	}
 	res := &loadgen.Result{Driver: d.Name(), Workload: cfg.Workload, Workers: cfg.Workers, Sessions: cfg.Sessions}
@@ -235,6 +243,13 @@ func runBench(g *globals, f *benchFlags, command string) error {
 				return int64(info.Size), err
 			}})
 		res.DurationS = cfg.Duration.Seconds()
+	case loadgen.Watch:
+		wc := loadgen.WatchConfig{Run: cfg, Driver: d, Endpoints: addrs, Namespace: g.namespace}
+		if cluster != nil {
+			// The nodes' CPU over the window only: not the watches' start.
+			wc.Meter = func() func() []loadgen.ProcUsage { return loadgen.Meter(ctx, cluster).Stop }
+		}
+		res, err = loadgen.RunWatch(ctx, wc)
 	default:
 		res, err = loadgen.Run(ctx, d, cfg)
 	}
@@ -261,6 +276,10 @@ func runBench(g *globals, f *benchFlags, command string) error {
 	}
 	if diverged != nil {
 		return diverged
+	}
+	if err == nil && res.Watch != nil && !res.Watch.Valid {
+		return &exitError{code: exitFailure, msg: fmt.Sprintf("not a valid watch run: %d watches cut, %d failed, %d of %d watchers received all %d changes",
+			res.Watch.Cut, res.Watch.Failed, res.Watch.Complete, res.Watch.Watchers, res.Watch.Caused)}
 	}
 	return err
 }

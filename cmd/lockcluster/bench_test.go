@@ -116,3 +116,55 @@ func TestBenchHeldAndIdle(t *testing.T) {
 		}
 	}
 }
+
+// The watch workload: 20 watches of the namespace, over 4 connections
+// spread over the three nodes, follow 4 workers' uncontended pairs for
+// 2 s, and every watcher receives every change the workers caused (a
+// grant and a release a pair), none cut. Counts only: no timing is
+// asserted.
+func TestBenchWatch(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a cluster")
+	}
+	var stdout, stderr bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary(t), "bench", "--local", "--workload", "watch", "--workers", "4", "--watchers", "20",
+		"--watch-conns", "4", "--duration", "2s", "--warmup", "200ms", "-o", "json")
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%v (deadline: %v)\nstdout:\n%s\nstderr:\n%s", err, ctx.Err(), stdout.String(), stderr.String())
+	}
+	var r loadgen.Result
+	if err := json.Unmarshal(stdout.Bytes(), &r); err != nil {
+		t.Fatalf("%v\n%s", err, stdout.String())
+	}
+	w := r.Watch
+	if r.Workload != "watch" || w == nil || r.Pairs == 0 || r.Errors != 0 || r.SessionsLost != 0 {
+		t.Fatalf("pairs %d, errors %d %v, sessions lost %d, watch %+v", r.Pairs, r.Errors, r.ErrorSamples, r.SessionsLost, w)
+	}
+	if w.Watchers != 20 || w.Conns != 4 || w.Caused < 2*r.Pairs {
+		t.Errorf("%d watchers over %d connections, %d changes caused for %d pairs in the window", w.Watchers, w.Conns, w.Caused, r.Pairs)
+	}
+	if w.ReceivedMin != w.Caused || w.ReceivedMax != w.Caused || w.Complete != 20 || w.Cut != 0 || w.Failed != 0 || !w.Valid {
+		t.Errorf("caused %d, received min %d max %d, %d complete, %d cut, %d failed %v, valid %v",
+			w.Caused, w.ReceivedMin, w.ReceivedMax, w.Complete, w.Cut, w.Failed, w.ErrorSamples, w.Valid)
+	}
+	// Client k starts on node k mod 3: the followers serve watches too.
+	on, leaders := 0, 0
+	for _, e := range w.PerEndpoint {
+		on += e.Watches
+		if e.Leader {
+			leaders++
+		}
+		if e.Watches == 0 {
+			t.Errorf("no watch on %+v", e)
+		}
+	}
+	if len(w.PerEndpoint) != 3 || on != 20 || leaders != 1 {
+		t.Errorf("per endpoint %+v", w.PerEndpoint)
+	}
+	if w.Events == 0 || w.Lag.Count == 0 || w.WatcherEventsPerSecMin <= 0 || len(r.Processes) != 4 {
+		t.Errorf("events %d, lag %+v, per watcher min %.1f/s, processes %+v", w.Events, w.Lag, w.WatcherEventsPerSecMin, r.Processes)
+	}
+}

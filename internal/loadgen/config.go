@@ -17,10 +17,11 @@ const (
 	Failover    = "failover"    // kill the leader repeatedly under load
 	HeldLocks   = "held"        // acquire many locks and keep them (memory)
 	Snapshots   = "snapshot"    // hold many locks, run pairs, snapshot now and then
+	Watch       = "watch"       // uncontended pairs while many watches follow the namespace
 )
 
 // Workloads lists every workload, in the order reports use.
-var Workloads = []string{Uncontended, Contended, RW, IfAvailable, Churn, Idle, Failover, HeldLocks, Flood, Snapshots}
+var Workloads = []string{Uncontended, Contended, RW, IfAvailable, Churn, Idle, Failover, HeldLocks, Flood, Snapshots, Watch}
 
 // Config describes one run.
 type Config struct {
@@ -48,6 +49,11 @@ type Config struct {
 	Locks int
 	// Trials is how many times Failover kills the leader.
 	Trials int
+	// Watchers is how many watches of the whole namespace Watch runs
+	// (default 1000), over WatchConns clients (default 16), each client
+	// its own connection to one node and each watch its own stream.
+	Watchers   int
+	WatchConns int
 	// Progress receives a line a second (nil: none).
 	Progress io.Writer
 }
@@ -71,6 +77,22 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("sessions %d: must not be negative", c.Sessions)
 	case c.WriteRatio < 0 || c.WriteRatio > 1:
 		return fmt.Errorf("write ratio %g: between 0 and 1", c.WriteRatio)
+	case c.Watchers < 0 || c.WatchConns < 0:
+		return fmt.Errorf("watchers %d and watch connections %d must not be negative", c.Watchers, c.WatchConns)
+	}
+	if c.Workload == Watch {
+		if c.Watchers == 0 {
+			c.Watchers = 1000
+		}
+		if c.WatchConns == 0 {
+			c.WatchConns = 16
+		}
+		c.WatchConns = min(c.WatchConns, c.Watchers)
+		// A node lets one connection carry 256 streams (serve
+		// --max-concurrent-streams); the client's session stream is one.
+		if per := (c.Watchers + c.WatchConns - 1) / c.WatchConns; per > maxWatchesPerConn {
+			return fmt.Errorf("%d watchers over %d connections is %d streams on one: at most %d (more connections)", c.Watchers, c.WatchConns, per, maxWatchesPerConn)
+		}
 	}
 	if c.MaxOps <= 0 {
 		c.MaxOps = 10_000_000

@@ -45,11 +45,18 @@ func bucketLow(b int) int64 {
 }
 
 // Record adds one duration.
-func (h *Histogram) Record(d time.Duration) {
+func (h *Histogram) Record(d time.Duration) { h.RecordN(d, 1) }
+
+// RecordN adds the duration d n times (n things that took as long: the
+// changes of one watch event).
+func (h *Histogram) RecordN(d time.Duration, n int64) {
+	if n <= 0 {
+		return
+	}
 	v := int64(d)
-	h.counts[bucketOf(v)].Add(1)
-	h.n.Add(1)
-	h.sum.Add(v)
+	h.counts[bucketOf(v)].Add(n)
+	h.n.Add(n)
+	h.sum.Add(v * n)
 	for {
 		m := h.max.Load()
 		if v <= m || h.max.CompareAndSwap(m, v) {

@@ -45,6 +45,7 @@ type Result struct {
 	Held     *HeldResult     `json:"held,omitempty"`
 	Flood    *FloodResult    `json:"flood,omitempty"`
 	Snapshot *SnapLatResult  `json:"snapshot,omitempty"`
+	Watch    *WatchResult    `json:"watch,omitempty"`
 
 	// RaftTimers are the leader's raft timers (p50, p99 in ms) at the end
 	// of the run, when its /metrics has them (see RaftTimers).
@@ -127,6 +128,9 @@ func (r *Result) WriteTable(w io.Writer) error {
 	}
 	if r.Flood != nil {
 		r.Flood.write(tw)
+	}
+	if r.Watch != nil {
+		r.Watch.write(tw)
 	}
 	for _, t := range raftTimers {
 		if v, ok := r.RaftTimers[t]; ok {

@@ -31,6 +31,9 @@ type runner struct {
 	writes    atomic.Int64
 	opened    atomic.Int64
 	errs      atomic.Int64
+	// grants and releases count every acquire and release that succeeded,
+	// in the window or not (the watch workload's changes).
+	grants, releases atomic.Int64
 
 	acquire, release, handoff, open Histogram
 
@@ -58,7 +61,7 @@ func (r *runner) fail(err error) {
 // name is the lock name worker w uses.
 func (r *runner) name(w int) string {
 	switch r.cfg.Workload {
-	case Uncontended, Churn:
+	case Uncontended, Churn, Watch:
 		return fmt.Sprintf("%su/%d", r.cfg.Prefix, w)
 	case RW:
 		return r.cfg.Prefix + "rw"
@@ -78,8 +81,19 @@ func Run(ctx context.Context, d Driver, cfg Config) (*Result, error) {
 	switch cfg.Workload {
 	case Uncontended, Contended, RW, IfAvailable, Churn:
 	default:
-		return nil, fmt.Errorf("workload %q is not a lock workload (see RunIdle, RunFailover, RunHeld)", cfg.Workload)
+		return nil, fmt.Errorf("workload %q is not a lock workload (see RunIdle, RunFailover, RunHeld, RunWatch)", cfg.Workload)
 	}
+	res, _, err := runLocks(ctx, d, cfg, windowHooks{})
+	return res, err
+}
+
+// windowHooks are what runLocks calls when the measured window starts and ends
+// (either may be nil).
+type windowHooks struct{ start, end func() }
+
+// runLocks runs a lock workload of a validated cfg: Run, and the workers of
+// RunWatch. It returns the runner too, for its counts over the whole run.
+func runLocks(ctx context.Context, d Driver, cfg Config, win windowHooks) (*Result, *runner, error) {
 	r := &runner{cfg: cfg, d: d, start: time.Now(), released: map[string]*atomic.Int64{}}
 	for w := range cfg.Workers {
 		if _, ok := r.released[r.name(w)]; !ok {
@@ -90,7 +104,7 @@ func Run(ctx context.Context, d Driver, cfg Config) (*Result, error) {
 	if cfg.Workload != Churn {
 		var err error
 		if sessions, err = OpenSessions(ctx, d, cfg.Sessions, 64); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		defer closeSessions(sessions)
 	}
@@ -98,7 +112,7 @@ func Run(ctx context.Context, d Driver, cfg Config) (*Result, error) {
 	if cfg.Baseline > 0 && (cfg.Workload == Contended || cfg.Workload == RW) {
 		p50, err := baseline(ctx, sessions[0], cfg.Prefix+"baseline", cfg.Baseline)
 		if err != nil {
-			return nil, fmt.Errorf("baseline: %w", err)
+			return nil, nil, fmt.Errorf("baseline: %w", err)
 		}
 		res.CommitP50MS = ms(p50)
 	}
@@ -120,6 +134,9 @@ func Run(ctx context.Context, d Driver, cfg Config) (*Result, error) {
 	stopProgress := r.progress()
 	sleepCtx(ctx, cfg.Warmup)
 	r.recording.Store(true)
+	if win.start != nil {
+		win.start()
+	}
 	from := r.now()
 	deadline := time.NewTimer(cfg.Duration)
 	tick := time.NewTicker(10 * time.Millisecond)
@@ -135,6 +152,9 @@ func Run(ctx context.Context, d Driver, cfg Config) (*Result, error) {
 	}
 	tick.Stop()
 	r.recording.Store(false)
+	if win.end != nil {
+		win.end()
+	}
 	r.stop.Store(true)
 	window := (r.now() - from).Seconds()
 	stopProgress()
@@ -156,7 +176,7 @@ func Run(ctx context.Context, d Driver, cfg Config) (*Result, error) {
 			res.SessionsLost++
 		}
 	}
-	return res, nil
+	return res, r, nil
 }
 
 // waitGrace waits for the workers, cancelling their context after grace.
@@ -217,6 +237,7 @@ func (r *runner) pair(ctx context.Context, s Session, name string, shared, ifAva
 		r.fail(fmt.Errorf("acquire %q: %w", name, err))
 		return false
 	}
+	r.grants.Add(1)
 	slot := r.released[name]
 	if rec {
 		r.acquire.Record(t1 - t0)
@@ -252,6 +273,7 @@ func (r *runner) pair(ctx context.Context, s Session, name string, shared, ifAva
 		r.fail(fmt.Errorf("release %q: %w", name, err))
 		return false
 	}
+	r.releases.Add(1)
 	if rec && r.recording.Load() { // the whole pair fell in the window
 		r.release.Record(t3 - t2)
 		r.pairs.Add(1)

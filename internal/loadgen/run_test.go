@@ -166,3 +166,21 @@ func TestProcReadsThisProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestValidateWatch(t *testing.T) {
+	c := Config{Workload: Watch, Workers: 8, Duration: time.Second}
+	if err := c.Validate(); err != nil || c.Watchers != 1000 || c.WatchConns != 16 || c.Sessions != 8 {
+		t.Errorf("defaults: %+v, %v", c, err)
+	}
+	c = Config{Workload: Watch, Workers: 1, Duration: time.Second, Watchers: 3}
+	if err := c.Validate(); err != nil || c.WatchConns != 3 {
+		t.Errorf("fewer watchers than connections: %+v, %v", c, err)
+	}
+	c = Config{Workload: Watch, Workers: 1, Duration: time.Second, Watchers: 1000, WatchConns: 2}
+	if err := c.Validate(); err == nil {
+		t.Error("500 watches on one connection accepted")
+	}
+	if _, err := Run(context.Background(), &memDriver{}, Config{Workload: Watch, Workers: 1, Duration: time.Second}); err == nil {
+		t.Error("Run accepted the watch workload")
+	}
+}
