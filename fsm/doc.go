@@ -24,10 +24,18 @@
 // Since requests enter all their queues in log order, the queues agree on the
 // relative order of any two requests, so scoped requests cannot deadlock.
 //
+// A name may carry a record (SPEC §12, apply_record.go): bytes written only
+// by the session that holds the name exclusively, with its grant's token,
+// checked at apply. A record outlives its writer's grant and session, and
+// keeps its namespace alive; a grant carries the records of its names. A
+// shared request may make its names a semaphore of N holders (SPEC §14):
+// every shared request of a name agrees on N.
+//
 // Apply returns the entry's Result (errors are values: a rejected request
 // changes nothing) and the ordered Events it caused, each addressed to one
 // session. Delivering those events is the caller's job; this package does no
-// I/O.
+// I/O. A machine that serves watches (SPEC §13) keeps Changes too: what the
+// entry changed in its namespace, in order (change.go).
 //
 // Beside the commands, one table (AdmissionOf, admission.go) says what a
 // caller must show before the API proposes each command type: the

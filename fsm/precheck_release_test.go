@@ -62,3 +62,63 @@ func TestPrecheckReleaseOfAnUnknownRequest(t *testing.T) {
 		}
 	}
 }
+
+// Precheck refuses a record write that the state makes certain to be
+// refused with exactly Apply's error (CodeNotHolder, naming the current
+// token), and lets through every write Apply may accept.
+func TestPrecheckSetRecord(t *testing.T) {
+	m := New()
+	openWithSecret(t, m, 1, "n", "s1") // session 1
+	openWithSecret(t, m, 2, "n", "s2") // session 2
+	idx := uint64(2)
+	apply := func(c Command) Result {
+		t.Helper()
+		idx++
+		return m.Apply(idx, Entry{Cmd: c}).Result
+	}
+	for _, c := range []*Request{
+		{Session: 1, Namespace: "n", RequestID: 1, Names: []string{"a"}},               // granted, token 3
+		{Session: 2, Namespace: "n", RequestID: 1, Names: []string{"a"}},               // queued
+		{Session: 1, Namespace: "n", RequestID: 2, Names: []string{"b"}, Mode: Shared}, // granted shared
+		{Session: 1, Namespace: "n", RequestID: 3, Names: []string{"c"}},               // granted, token 6
+	} {
+		if r := apply(c); r.Err != nil {
+			t.Fatal(r.Err)
+		}
+	}
+	if r := apply(&SetRecord{Session: 1, Namespace: "n", RequestID: 3, Token: 6, Name: "c", Value: []byte("v"), Release: true}); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	for name, c := range map[string]*SetRecord{
+		"wrong token":        {Session: 1, Namespace: "n", RequestID: 1, Token: 4, Name: "a"},
+		"another name":       {Session: 1, Namespace: "n", RequestID: 1, Token: 3, Name: "b"},
+		"shared":             {Session: 1, Namespace: "n", RequestID: 2, Token: 5, Name: "b"},
+		"never made":         {Session: 1, Namespace: "n", RequestID: 9, Token: 3, Name: "a"},
+		"released, written":  {Session: 1, Namespace: "n", RequestID: 3, Token: 6, Name: "c", Value: []byte("w")},
+		"released, other tk": {Session: 1, Namespace: "n", RequestID: 3, Token: 5, Name: "c", Release: true},
+	} {
+		pre := m.Precheck(c)
+		if pre == nil {
+			t.Fatalf("%s: Precheck lets %+v through; want it refused", name, *c)
+		}
+		got := apply(c).Err
+		e, ok := got.(*Error)
+		if !ok || e.Code != CodeNotHolder || e.Code != pre.Code || e.Msg != pre.Msg || e.Token != pre.Token {
+			t.Fatalf("%s: Precheck says %v (code %v), Apply %v: want the same NotHolder", name, pre, pre.Code, got)
+		}
+	}
+	for name, c := range map[string]*SetRecord{
+		"holder":            {Session: 1, Namespace: "n", RequestID: 1, Token: 3, Name: "a"},
+		"queued":            {Session: 2, Namespace: "n", RequestID: 1, Token: 99, Name: "a"},
+		"a retried release": {Session: 1, Namespace: "n", RequestID: 3, Token: 6, Name: "c", Value: []byte("v"), Release: true},
+		"unknown session":   {Session: 99, Namespace: "n", RequestID: 1, Token: 3, Name: "a"},
+		"another namespace": {Session: 1, Namespace: "other", RequestID: 1, Token: 3, Name: "a"},
+	} {
+		if err := m.Precheck(c); err != nil {
+			t.Errorf("%s: Precheck refuses %+v: %v; want Apply to decide", name, *c, err)
+		}
+	}
+	if err := DefaultLimits().Check(&SetRecord{Session: 1, Namespace: "n", RequestID: 1, Name: "-x"}); codeOf(err) != CodeNotSupported {
+		t.Errorf("Limits.Check of a reserved record name: %v", err)
+	}
+}
