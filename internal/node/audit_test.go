@@ -61,10 +61,15 @@ func TestAuditLog(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A steal, by bob.
-	if r, err := lc.Request(as(user), &pb.LockRequest{Namespace: "ns", SessionId: bob.SessionId, SessionSecret: bob.Secret, RequestId: 1, Names: []string{"x"}, Steal: true}); err != nil || r.Status != pb.Status_STATUS_GRANTED {
-		t.Fatalf("steal: %v, %v", r, err)
+	stolen, err := lc.Request(as(user), &pb.LockRequest{Namespace: "ns", SessionId: bob.SessionId, SessionSecret: bob.Secret, RequestId: 1, Names: []string{"x"}, Steal: true})
+	if err != nil || stolen.Status != pb.Status_STATUS_GRANTED {
+		t.Fatalf("steal: %v, %v", stolen, err)
 	}
-	// An operator ends bob's lock and request, and alice's session.
+	// An operator writes the record of bob's lock, ends his lock and
+	// request, and alice's session.
+	if _, err := lc.SetRecord(as(admin), &pb.SetRecordRequest{Namespace: "ns", SessionId: bob.SessionId, RequestId: 1, Token: stolen.Token, Name: "x", Value: []byte("fixed")}); err != nil {
+		t.Fatalf("admin record write: %v", err)
+	}
 	if _, err := lc.Release(as(admin), &pb.ReleaseRequest{Namespace: "ns", SessionId: bob.SessionId, RequestId: 1}); err != nil {
 		t.Fatalf("admin release: %v", err)
 	}
@@ -146,20 +151,20 @@ func TestAuditLog(t *testing.T) {
 			if l["client_label"] != "alice" {
 				t.Errorf("%s line: %v: want alice's label", ev, l)
 			}
-		case "admin-release", "admin-abort":
+		case "admin-release", "admin-abort", "admin-set-record":
 			if l["client_label"] != "bob" {
 				t.Errorf("%s line: %v: want bob's label", ev, l)
 			}
 		}
 	}
-	want := map[string]int{"steal": 1, "admin-release": 1, "admin-abort": 1, "admin-close": 1, "refused-credential": 4}
+	want := map[string]int{"steal": 1, "admin-release": 1, "admin-abort": 1, "admin-set-record": 1, "admin-close": 1, "refused-credential": 4}
 	for ev, n := range want {
 		if count[ev] != n {
 			t.Errorf("%d %s lines, want %d", count[ev], ev, n)
 		}
 	}
-	if len(lines) != 8 {
-		t.Errorf("%d audit lines, want 8", len(lines))
+	if len(lines) != 9 {
+		t.Errorf("%d audit lines, want 9", len(lines))
 	}
 	all := logs.String()
 	for _, secret := range []string{admin, user, wrong, "not-the-secret", string(alice.Secret), string(bob.Secret),

@@ -20,8 +20,9 @@ import (
 // The audit log: one structured line, on the logger named "audit", for
 //
 //   - every steal (event=steal): a lock request with steal that was granted;
-//   - every release, abort or session close made with an admin credential
-//     when auth is on (event=admin-release, admin-abort, admin-close);
+//   - every release, abort, record write or session close made with an
+//     admin credential when auth is on (event=admin-release, admin-abort,
+//     admin-set-record, admin-close);
 //   - every refused credential (event=refused-credential): a call or a
 //     session stream answered Unauthenticated or PermissionDenied, whether
 //     auth refused the namespace or the handler refused the session's
@@ -99,6 +100,11 @@ func (a *auditor) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo
 	case *pb.ReleaseRequest:
 		if a.isAdmin(ctx) {
 			a.write(ctx, "admin-release", info.FullMethod, r.Namespace, r.SessionId, "request", r.RequestId)
+		}
+	case *pb.SetRecordRequest:
+		if a.isAdmin(ctx) {
+			a.write(ctx, "admin-set-record", info.FullMethod, r.Namespace, r.SessionId, "request", r.RequestId,
+				"name", logsafe.String(r.Name), "delete", r.Delete, "release", r.Release)
 		}
 	case *pb.AbortRequest:
 		if a.isAdmin(ctx) {
