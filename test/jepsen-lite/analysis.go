@@ -64,11 +64,11 @@ func (h *hold) settledBy() int64 {
 }
 
 // releasedBy is when the cluster had certainly taken back a lock the
-// holder did not release itself (0: not known): a theft or an end of the
-// session that the cluster told the holder about happened before it was
-// told.
+// holder did not release itself (0: not known): a theft, an end of the
+// session, or a loss a refused record write revealed (not-holder), that
+// the cluster told the holder about, happened before it was told.
 func (h *hold) releasedBy() int64 {
-	if h.lostKind == "stolen" || (h.lostKind == "session" && !jeopardy(h.lostWhy)) {
+	if h.lostKind == "stolen" || h.lostKind == notHolder || (h.lostKind == "session" && !jeopardy(h.lostWhy)) {
 		return h.lostAt
 	}
 	return 0
@@ -105,6 +105,8 @@ func analyse(ops []Op) *history {
 		hs.last = max(hs.last, op.Time)
 		h := hs.byID[op.Hold]
 		switch {
+		case op.F == "watch" || op.F == "log":
+			// the watch checker's (check_watch.go)
 		case op.F == "crash":
 			hs.crashes = append(hs.crashes, op.Value)
 		case op.Process == finalProcess && op.F != "query":

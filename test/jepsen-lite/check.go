@@ -53,12 +53,16 @@ const (
 	cDigest = "state-digest"
 	// cApplied: equal running hashes of applied entries (check_live.go).
 	cApplied = "applied-hash"
+	// cRecLin, cRecFence (check_records.go) and cWatch (check_watch.go)
+	// are declared with their checkers.
 )
 
 // runChecks runs every checker over a history.
 func runChecks(ops []Op, o checkOptions) []checkResult {
 	hs := analyse(ops)
-	return []checkResult{checkMutex(hs), checkLin(hs, o), checkFIFO(hs), checkLiveness(hs, o), checkLost(hs), checkDigest(hs), checkApplied(hs)}
+	recs := recordOps(hs)
+	return []checkResult{checkMutex(hs), checkLin(hs, o), checkFIFO(hs), checkLiveness(hs, o), checkLost(hs), checkDigest(hs), checkApplied(hs),
+		checkRecordsLinOps(hs, recs, o), checkRecordsFencingOps(hs, recs), checkWatch(hs)}
 }
 
 func allValid(rs []checkResult) bool {

@@ -137,7 +137,7 @@ func linOps(hs *history, name string) []porcupine.Operation {
 			grants[[2]uint64{h.session, h.token}] = h.id
 			add(h.process, false, linIn{Kind: "acquire", ID: h.id, Steal: h.steal}, linOut{Granted: true}, h.invoke, h.complete)
 			switch {
-			case h.relOK && h.lostKind != "stolen" && h.lostKind != "session":
+			case h.relOK && h.lostKind != "stolen" && h.lostKind != "session" && h.lostKind != notHolder:
 				add(h.process, false, linIn{Kind: "release", ID: h.id}, linOut{}, h.relInvoke, h.relDone)
 			case h.releasedBy() != 0:
 				add(h.process, true, linIn{Kind: "release", ID: h.id}, linOut{}, h.complete, h.releasedBy())

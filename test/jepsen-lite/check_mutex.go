@@ -135,10 +135,11 @@ func checkOverlaps(hs *history, name string, gs []*hold, r *checkResult) {
 
 // stolen: the earlier of two holds in the log (the lower token) was
 // stolen, by the later one or by a steal granted between them, and its
-// holder was told so (lost: stolen), or stopped within stealGrace of the
-// thief's grant. Steal is the documented way to break mutual exclusion:
-// the victim learns of it a moment after the thief is granted, and the
-// thief may even see its grant before the victim sees its own earlier one.
+// holder was told so (lost: stolen; or not-holder, a record write
+// refused), or stopped within stealGrace of the thief's grant. Steal is
+// the documented way to break mutual exclusion: the victim learns of it a
+// moment after the thief is granted, and the thief may even see its grant
+// before the victim sees its own earlier one.
 // The same holds when the thief has already passed the lock on: the victim
 // may not have heard yet (its stream cut by a fault at that moment), and
 // its belief is bounded by stealGrace from the theft either way.
@@ -147,7 +148,7 @@ func stolen(a, b *hold, grants []*hold) bool {
 	if a.token > b.token {
 		later, earlier = a, b
 	}
-	told := earlier.lostKind == "stolen"
+	told := earlier.lostKind == "stolen" || earlier.lostKind == notHolder
 	if later.steal {
 		return told || time.Duration(earlier.end-later.complete) <= stealGrace
 	}

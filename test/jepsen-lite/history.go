@@ -16,7 +16,8 @@ import (
 // invoke, then ok (it happened, with its result), fail (it certainly did
 // not happen) or info (its outcome is unknown). Events have no pair: a
 // lock lost ("lost"), a write seen by the fenced register ("write"), a
-// fault of the nemesis ("nemesis").
+// fault of the nemesis ("nemesis"), a watch's event ("watch"), a change
+// the log holds ("log", read from a node's data directory at the end).
 type Op struct {
 	Time    int64  `json:"time"`    // CLOCK_MONOTONIC nanoseconds: one clock for every process of the host
 	Process int    `json:"process"` // the client process; nemesisProcess for faults
@@ -42,6 +43,17 @@ type Op struct {
 	// Held and Pending are a query's answer.
 	Held    []QLock `json:"held,omitempty"`
 	Pending []QLock `json:"pending,omitempty"`
+	// Rec is a record (records.go): the one a grant carried, a read's
+	// answer, a write's value (invoke) and the record as written (ok).
+	Rec *RecInfo `json:"rec,omitempty"`
+	// Index is a watch event's or a log entry's index (watch.go); To ends
+	// a range of indexes.
+	Index uint64 `json:"index,omitempty"`
+	To    uint64 `json:"to,omitempty"`
+	// Changes are a watch event's or a log entry's changes; Resync marks a
+	// watch snapshot that followed COMPACTED.
+	Changes []WChange `json:"changes,omitempty"`
+	Resync  bool      `json:"resync,omitempty"`
 }
 
 // QLock is one entry of a query's answer.

@@ -12,8 +12,11 @@
 //
 // Workloads (--workload, workloads.go): an exclusive mutex guarding a
 // fenced register, long holds (leases), readers-writer, ifAvailable,
-// steal, abort by timeout, scoped requests; an observer queries throughout. Some mutex clients run
-// as separate processes (clientproc.go) so that they can be paused.
+// steal, abort by timeout, scoped requests, records written under the
+// lock and read (records.go); an observer queries throughout, and a few
+// watches (--watchers, watch.go) stream the namespace's changes. Some
+// mutex clients run as separate processes (clientproc.go) so that they
+// can be paused.
 //
 // Nemeses (--nemesis, nemesis.go): kill and pause a node or the leader,
 // pause a client process past its TTL, isolate the leader, split, bridge,
@@ -23,11 +26,13 @@
 // all healed at the end.
 //
 // The history (history.jsonl in --out: every invoke, ok, fail and info
-// with CLOCK_MONOTONIC timestamps) goes through seven checkers: mutual
+// with CLOCK_MONOTONIC timestamps) goes through ten checkers: mutual
 // exclusion and fencing (check_mutex.go), linearizability with porcupine
 // (check_lin.go), FIFO (check_fifo.go), liveness, no lost
 // acknowledgement, equal state digests and equal applied hashes at a
-// common index (check_live.go). The summary
+// common index (check_live.go), the records as registers with porcupine
+// and their fencing (check_records.go), and the watches against each
+// other and against the log read from a stopped node (check_watch.go). The summary
 // table goes to stdout and summary.txt, the verdicts to results.json, and
 // porcupine's HTML visualisation next to the history when linearizability
 // fails. Exit status: 0 when every checker passes, 1 when one fails, 2 when
@@ -81,7 +86,8 @@ func mainArgs(args []string, out io.Writer) int {
 	var nemeses, workloads string
 	fs.DurationVar(&cfg.Time, "time", 60*time.Second, "how long to inject faults under load")
 	fs.StringVar(&nemeses, "nemesis", "all", "faults, comma-separated: kill, pause, pause-client, isolate-leader, split, bridge, one-way, delay, restart-cluster, stale-leader; partition; all; none")
-	fs.StringVar(&workloads, "workload", "all", "workloads, comma-separated: mutex, lease, rw, steal, scoped, ifavailable, timeout; all")
+	fs.StringVar(&workloads, "workload", "all", "workloads, comma-separated: mutex, lease, rw, steal, scoped, ifavailable, timeout, records; all")
+	fs.IntVar(&cfg.Watchers, "watchers", 3, "watches of every name of the namespace for the whole run (one more of the records' names with --workload records); 0: none")
 	fs.IntVar(&cfg.Clients, "clients", 14, "client goroutines (each its own session), spread over the workloads")
 	fs.IntVar(&cfg.ClientProcs, "client-procs", 2, "client processes running the mutex workload (pause-client pauses them)")
 	fs.Int64Var(&cfg.Seed, "seed", time.Now().UnixNano(), "random seed of the workloads and the nemesis schedule")

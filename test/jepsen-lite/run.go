@@ -22,6 +22,7 @@ type config struct {
 	Nemeses     []string
 	Workloads   []string
 	Clients     int // client goroutines in the harness
+	Watchers    int // watches of every name (watch.go)
 	ClientProcs int // client processes (mutex workload), the ones pause-client pauses
 	Nodes       int
 	Seed        int64
@@ -47,6 +48,7 @@ type runner struct {
 	procMu      sync.Mutex
 	nextProcess int // the next process number to give out (newProcess)
 	faults      *nemesis
+	watches     *watchers
 }
 
 // newProcess gives out a process number no client has had.
@@ -59,7 +61,7 @@ func (rn *runner) newProcess() int {
 
 // pinnedWorkloads are the workloads of the clients the stale-leader
 // nemesis pins to the leader, the busiest writers first.
-var pinnedWorkloads = []string{wMutex, wIfAvailable, wSteal, wRW, wScoped, wTimeout, wLease}
+var pinnedWorkloads = []string{wMutex, wRecords, wIfAvailable, wSteal, wRW, wScoped, wTimeout, wLease}
 
 // pinned returns the nemesis's pin: it starts three client goroutines,
 // recorded like every other, whose only endpoint is node i's, running the
@@ -126,6 +128,12 @@ func run(ctx context.Context, cfg config) ([]checkResult, error) {
 	stop()
 	rn.logf("final phase: quiescence, final holds, digests")
 	rn.final(ctx)
+	if rn.watches != nil && len(rn.watches.all) > 0 {
+		rn.logf("stopping the watches once they reach the end marker; reading the log's history from the stopped nodes")
+		rn.watches.stop(ctx, 30*time.Second)
+		c.Close()
+		rn.readLogs()
+	}
 	if err := rn.rec.Close(); err != nil {
 		return nil, err
 	}
@@ -202,6 +210,7 @@ func (rn *runner) load(ctx context.Context) {
 		}
 	}
 	rn.nextProcess = p
+	rn.watches = rn.startWatchers(ctx, cfg.Watchers)
 	rn.logf("%d client goroutines, an observer and %d client processes in namespace %s; faults %v for %s",
 		cfg.Clients, len(procs), rn.ns, cfg.Nemeses, cfg.Time)
 	rn.faults = &nemesis{c: rn.c, kinds: cfg.Nemeses, rng: rand.New(rand.NewSource(rng.Int63())), sink: rn.rec,

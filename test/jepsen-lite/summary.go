@@ -54,7 +54,44 @@ func summary(ops []Op, res []checkResult, nm *nemesis, cfg config) string {
 	fmt.Fprintf(tw, "release\t%d\tok %d\t\t\tunknown %d\t\t\n", count("release", "invoke", ""), count("release", "ok", ""), count("release", "info", ""))
 	fmt.Fprintf(tw, "query\t%d\tok %d\t\t\tfailed %d\t\t\n", count("query", "invoke", ""), count("query", "ok", ""), count("query", "fail", ""))
 	fmt.Fprintf(tw, "register write\t%d\taccepted %d\t\trefused %d\t\t\t\n", count("write", "", ""), count("write", "", "accepted"), count("write", "", "refused"))
-	fmt.Fprintf(tw, "lock lost\t%d\tstolen %d\tsession %d\tdeadline %d\t\t\t\n", count("lost", "", ""), count("lost", "", "stolen"), count("lost", "", "session"), count("lost", "", "deadline"))
+	fmt.Fprintf(tw, "lock lost\t%d\tstolen %d\tsession %d\tdeadline %d\tnot-holder %d\t\t\n", count("lost", "", ""), count("lost", "", "stolen"),
+		count("lost", "", "session"), count("lost", "", "deadline"), count("lost", "", notHolder))
+	recs := recordOps(hs)
+	if len(recs) > 0 {
+		rows := map[string]*[4]int{} // total, ok, refused, failed or unknown
+		for _, o := range recs {
+			k := map[string]string{"rec-set": "record set", "rec-delete": "record delete", "release": "release with record", "rec-read": "record read"}[o.f]
+			if k == "" {
+				continue
+			}
+			if rows[k] == nil {
+				rows[k] = &[4]int{}
+			}
+			r := rows[k]
+			r[0]++
+			switch {
+			case o.outcome == "ok":
+				r[1]++
+			case o.result == notHolder:
+				r[2]++
+			default:
+				r[3]++
+			}
+		}
+		for _, k := range sortedKeys(rows) {
+			r := rows[k]
+			fmt.Fprintf(tw, "%s\t%d\tok %d\t\trefused %d\tfailed/unknown %d\t\t\n", k, r[0], r[1], r[2], r[3])
+		}
+	}
+	if n := count("watch", "", ""); n > 0 {
+		resync := 0
+		for _, op := range ops {
+			if op.F == "watch" && op.Resync {
+				resync++
+			}
+		}
+		fmt.Fprintf(tw, "watch event\t%d\tchanges %d\t\tresync %d\terrors %d\t\t\n", n, count("watch", "", "changes"), resync, count("watch", "", "error"))
+	}
 	tw.Flush()
 
 	fmt.Fprintf(&b, "\nfaults:")
@@ -104,6 +141,14 @@ func summary(ops []Op, res []checkResult, nm *nemesis, cfg config) string {
 	}
 	for _, q := range hs.queries {
 		lat["query"] = append(lat["query"], time.Duration(q.complete-q.invoke))
+	}
+	for _, o := range recordOps(hs) {
+		if k := o.f; o.outcome == "ok" && k != "grant" {
+			if k == "release" {
+				k = "release with record"
+			}
+			lat[k] = append(lat[k], time.Duration(o.complete-o.invoke))
+		}
 	}
 	for _, k := range sortedKeys(lat) {
 		d := lat[k]

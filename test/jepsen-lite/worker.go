@@ -144,13 +144,16 @@ func (w *worker) request(names []string, opts lockcluster.Options, timeout time.
 }
 
 // lost records the end of a hold that its holder did not release itself:
-// stolen, session lost (jeopardy or expiry), or the request's deadline.
+// stolen, session lost (jeopardy or expiry), the request's deadline, or a
+// record write the cluster refused.
 func (w *worker) lost(lctx context.Context, h string, names []string, token uint64) {
 	cause := context.Cause(lctx)
 	kind := "other"
 	switch {
 	case errors.Is(cause, lockcluster.ErrReleased):
 		return
+	case errors.Is(cause, lockcluster.ErrNotHolder):
+		kind = notHolder // a release with a record refused: the lock had been lost (records.go)
 	case errors.Is(cause, lockcluster.ErrStolen):
 		kind = "stolen"
 	case errors.Is(cause, lockcluster.ErrSessionLost):

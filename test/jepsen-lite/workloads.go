@@ -19,15 +19,16 @@ const (
 	wSteal       = "steal"       // steal and plain requests on st-0
 	wTimeout     = "timeout"     // short deadlines (abort by timeout) on to-0
 	wScoped      = "scoped"      // scoped requests over two or three of sc-0..sc-3
+	wRecords     = "records"     // records on rec-0, rec-1: exclusive writers, readers (records.go)
 	wQuery       = "query"       // an observer: queries only
 )
 
-var allWorkloads = []string{wMutex, wLease, wRW, wSteal, wScoped, wIfAvailable, wTimeout}
+var allWorkloads = []string{wMutex, wLease, wRW, wSteal, wScoped, wIfAvailable, wTimeout, wRecords}
 
 // linearizable reports whether a name's operations are checked with the
 // mutex model (exclusive, one name per request; see check_lin.go).
 func linearizable(name string) bool {
-	for _, p := range []string{"mutex-", "lease-", "ia-", "st-"} {
+	for _, p := range []string{"mutex-", "lease-", "ia-", "st-", "rec-"} {
 		if strings.HasPrefix(name, p) {
 			return true
 		}
@@ -103,6 +104,8 @@ func (w *worker) step() {
 			names[i] = fmt.Sprintf("sc-%d", p)
 		}
 		w.request(names, ex, long, false, w.fenced(2, w.ms(5, 30)))
+	case wRecords:
+		w.records()
 	case wQuery:
 		w.query()
 		time.Sleep(w.ms(50, 250))

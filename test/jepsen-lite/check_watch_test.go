@@ -1,0 +1,133 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+// Hand-made watch histories (watch.go): the log holds changes at 10, 11
+// and 13; the end marker is at 13.
+
+func granted(name string, session, token uint64) []WChange {
+	return []WChange{{Kind: "granted", Names: []string{name}, Mode: "exclusive", Session: session, Request: 1, Token: token}}
+}
+
+var watchLogEntries = []struct {
+	index   uint64
+	changes []WChange
+}{
+	{10, granted("rec-0", 1, 10)},
+	{11, []WChange{{Kind: "record-set", Names: []string{"rec-0"}, Session: 1, Request: 1, Token: 10, Rec: rec("rec-0", "a", 10, 11)}}},
+	{13, append(granted("mutex-0", 2, 13), WChange{Kind: "session-ended", Session: 3, Cause: "session-expired"})},
+}
+
+// watchHistory builds a history: the log (from index 5 on), the marker,
+// and one watch p (prefix) per stream, each a list of events: a snapshot
+// ("s<index>", "r<index>" for a Resync) or the index of a log entry whose
+// changes it received.
+func watchHistory(prefix string, streams ...[]string) []Op {
+	b := new(hb)
+	t := int64(1)
+	for i, s := range streams {
+		p := 20 + i
+		b.add(t, Op{Process: p, Type: "event", F: "watch", Result: "start", Value: prefix})
+		var last uint64
+		for _, ev := range s {
+			t++
+			var idx uint64
+			switch ev[0] {
+			case 's', 'r':
+				idx = parseU(ev[1:])
+				b.add(t, Op{Process: p, Type: "event", F: "watch", Result: "snapshot", Index: idx, Resync: ev[0] == 'r', Value: prefix})
+			default:
+				idx = parseU(ev)
+				var cs []WChange
+				for _, e := range watchLogEntries {
+					if e.index == idx {
+						for _, c := range e.changes {
+							if selects(prefix, c) {
+								cs = append(cs, c)
+							}
+						}
+					}
+				}
+				if ev[len(ev)-1] == '!' { // other changes than the log's
+					cs = granted("mutex-1", 9, idx)
+				}
+				b.add(t, Op{Process: p, Type: "event", F: "watch", Result: "changes", Index: idx, Changes: cs, Value: prefix})
+			}
+			last = idx
+		}
+		b.add(200+int64(i), Op{Process: p, Type: "event", F: "watch", Result: "end", Index: max(last, 13), Value: prefix})
+	}
+	b.add(150, Op{Process: finalProcess, Type: "ok", F: "watch-marker", Index: 13})
+	b.add(300, Op{Process: finalProcess, Type: "ok", F: "log-range", Index: 5, To: 14, Value: "node 0"})
+	for _, e := range watchLogEntries {
+		b.add(301, Op{Process: finalProcess, Type: "event", F: "log", Index: e.index, Changes: e.changes})
+	}
+	return b.end(400)
+}
+
+func parseU(s string) uint64 {
+	var n uint64
+	for _, c := range s {
+		if c < '0' || c > '9' {
+			break
+		}
+		n = 10*n + uint64(c-'0')
+	}
+	return n
+}
+
+func TestWatchGood(t *testing.T) {
+	wantValid(t, watchHistory("", []string{"s9", "10", "11", "13"}, []string{"s10", "11", "13"}, []string{"s12", "13"}), cWatch)
+	wantValid(t, watchHistory("rec-", []string{"s9", "10", "11"}), cWatch)
+	// A Resync after COMPACTED: allowed, counted, checked from its index.
+	ops := watchHistory("", []string{"s9", "10", "r12", "13"})
+	wantValid(t, ops, cWatch)
+	if r := check(t, ops, cWatch); !strings.Contains(strings.Join(r.Notes, "\n"), "1 Resync after COMPACTED") {
+		t.Errorf("notes: %v", r.Notes)
+	}
+	// A watch from before the log's history is compared from its start.
+	if r := check(t, watchHistory("", []string{"s2", "10", "11", "13"}), cWatch); !r.Valid || !strings.Contains(strings.Join(r.Notes, "\n"), "before the log's history") {
+		t.Errorf("valid %v, violations %v, notes %v", r.Valid, r.Violations, r.Notes)
+	}
+}
+
+func TestWatchGap(t *testing.T) {
+	wantInvalid(t, watchHistory("", []string{"s9", "10", "13"}), cWatch, "a gap: index 11")
+	// A watch that ends at 13 (its LastIndex) without having received 13.
+	wantInvalid(t, watchHistory("", []string{"s9", "10", "11"}), cWatch, "a gap: index 13")
+	// The other watches see the gap too, even where the log does not reach.
+	ops := watchHistory("", []string{"s9", "10", "11", "13"}, []string{"s9", "10", "13"})
+	wantInvalid(t, ops, cWatch, "watch p21 against watch p20, indexes 10..13: a gap: index 11")
+}
+
+func TestWatchDuplicate(t *testing.T) {
+	wantInvalid(t, watchHistory("", []string{"s9", "10", "11", "11", "13"}), cWatch, "changes at index 11 after index 11: a duplicate")
+	wantInvalid(t, watchHistory("", []string{"s9", "10", "11", "r10", "11", "13"}), cWatch, "behind the index 11")
+	wantInvalid(t, watchHistory("", []string{"s9", "10", "11", "s12", "13"}), cWatch, "not a Resync")
+}
+
+func TestWatchWrongChanges(t *testing.T) {
+	wantInvalid(t, watchHistory("", []string{"s9", "10", "11!", "13"}), cWatch, "index 11 differs")
+	wantInvalid(t, watchHistory("", []string{"s9", "10", "11", "12!", "13"}), cWatch, "index 12")
+	// A watch of rec- that received the session's end (not its selection).
+	ops := watchHistory("rec-", []string{"s9", "10", "11"})
+	for i, op := range ops {
+		if op.F == "watch" && op.Index == 11 {
+			ops[i].Changes = append(ops[i].Changes, WChange{Kind: "session-ended", Session: 3})
+		}
+	}
+	wantInvalid(t, ops, cWatch, "index 11 differs")
+}
+
+func TestWatchMustReachTheMarker(t *testing.T) {
+	ops := watchHistory("", []string{"s9", "10"})
+	for i, op := range ops {
+		if op.F == "watch" && op.Result == "end" {
+			ops[i].Index = 10
+		}
+	}
+	wantInvalid(t, ops, cWatch, "not the end marker at 13")
+}
