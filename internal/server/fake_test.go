@@ -309,6 +309,9 @@ type fakeNode struct {
 	// down makes the node's API fail every unary call (a dead node, as
 	// its peers see it).
 	down *atomic.Bool
+	// refuse, when set, answers the unary calls of the methods it returns
+	// an error for (a node of an older release: Unimplemented).
+	refuse *atomic.Pointer[func(method string) error]
 }
 
 type fakeOptions struct {
@@ -354,6 +357,7 @@ func newFakeCluster(t testing.TB, n int, o fakeOptions) *fakeCluster {
 		fc.log.reps = append(fc.log.reps, rep)
 		touches, forwarded := fc.touches[id], fc.forwarded[id]
 		down := &atomic.Bool{}
+		refuse := &atomic.Pointer[func(string) error]{}
 		g := grpc.NewServer(append(DecodeOptions(), grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 			if info.FullMethod == pb.Cluster_Touch_FullMethodName {
 				touches.Add(1)
@@ -364,6 +368,11 @@ func newFakeCluster(t testing.TB, n int, o fakeOptions) *fakeCluster {
 			if down.Load() {
 				return nil, status.Error(codes.Unavailable, "fake node is down")
 			}
+			if f := refuse.Load(); f != nil {
+				if err := (*f)(info.FullMethod); err != nil {
+					return nil, err
+				}
+			}
 			return h(ctx, req)
 		}, FenceUnary(rep.Unfit)))...)
 		srv.Register(g)
@@ -371,7 +380,7 @@ func newFakeCluster(t testing.TB, n int, o fakeOptions) *fakeCluster {
 		if err != nil {
 			t.Fatal(err)
 		}
-		fc.nodes = append(fc.nodes, &fakeNode{id: id, rep: rep, srv: srv, m: m, locks: pb.NewLocksClient(cc), clus: pb.NewClusterClient(cc), g: g, cc: cc, down: down})
+		fc.nodes = append(fc.nodes, &fakeNode{id: id, rep: rep, srv: srv, m: m, locks: pb.NewLocksClient(cc), clus: pb.NewClusterClient(cc), g: g, cc: cc, down: down, refuse: refuse})
 	}
 	// Every replica exists before any server runs.
 	for _, n := range fc.nodes {

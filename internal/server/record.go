@@ -3,14 +3,18 @@ package server
 import (
 	"context"
 	"fmt"
+	"math"
 	"strconv"
 	"unicode/utf8"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	pb "github.com/lockcluster/lockcluster/api/lockclusterv1"
 	"github.com/lockcluster/lockcluster/fsm"
 	"github.com/lockcluster/lockcluster/internal/logsafe"
+	"github.com/lockcluster/lockcluster/internal/rpcerr"
 )
 
 // Records (SPEC §12): a name's data, written by the session that holds it
@@ -66,9 +70,17 @@ func (s *Server) GetRecord(ctx context.Context, req *pb.GetRecordRequest) (*pb.G
 		return nil, toStatus(s.notLeader())
 	}
 	if err := node.ReadBarrier(ctx); err != nil {
-		return forward(s, ctx, err, func(ctx context.Context, cc *grpc.ClientConn) (*pb.GetRecordResponse, error) {
+		r, ferr := forward(s, ctx, err, func(ctx context.Context, cc *grpc.ClientConn) (*pb.GetRecordResponse, error) {
 			return pb.NewLocksClient(cc).GetRecord(ctx, req)
 		})
+		if status.Code(ferr) != codes.Unimplemented {
+			return r, ferr
+		}
+		// A leader of the release before records (a rolling upgrade):
+		// read here at the index of a linearizable read there.
+		if ferr = s.readAtLeaderIndex(ctx, err, req.Namespace, true); ferr != nil {
+			return nil, ferr
+		}
 	}
 	rec, idx, ok := s.m.Record(req.Namespace, req.Name)
 	resp := &pb.GetRecordResponse{Index: idx}
@@ -76,6 +88,39 @@ func (s *Server) GetRecord(ctx context.Context, req *pb.GetRecordRequest) (*pb.G
 		resp.Record = recordToPB(rec)
 	}
 	return resp, nil
+}
+
+// readAtLeaderIndex makes a read on this follower linearizable: it asks
+// the leader that notLeader names for the index of a linearizable read of
+// namespace ns there (GetRecord's answer; a leader of the release before
+// records answers Query instead, unless queryOnly says it already failed
+// GetRecord), and waits until this node has applied it.
+func (s *Server) readAtLeaderIndex(ctx context.Context, notLeader error, ns string, queryOnly bool) error {
+	var index uint64
+	var err error = status.Error(codes.Unimplemented, "")
+	if !queryOnly {
+		var r *pb.GetRecordResponse
+		r, err = forward(s, ctx, notLeader, func(ctx context.Context, cc *grpc.ClientConn) (*pb.GetRecordResponse, error) {
+			return pb.NewLocksClient(cc).GetRecord(ctx, &pb.GetRecordRequest{Namespace: ns})
+		})
+		index = r.GetIndex()
+	}
+	if status.Code(err) == codes.Unimplemented {
+		var q *pb.QueryResponse
+		q, err = forward(s, ctx, notLeader, func(ctx context.Context, cc *grpc.ClientConn) (*pb.QueryResponse, error) {
+			return pb.NewLocksClient(cc).Query(ctx, &pb.QueryRequest{Namespace: ns}, grpc.MaxCallRecvMsgSize(math.MaxInt32))
+		})
+		index = q.GetIndex()
+	}
+	if err != nil {
+		return err
+	}
+	wctx, cancel := context.WithTimeout(ctx, attachWait)
+	defer cancel()
+	if err := s.hub.waitApplied(wctx, index); err != nil {
+		return toStatus(fmt.Errorf("%w: node %s has not yet applied index %d that the leader has", rpcerr.ErrNotReady, s.cfg.Self.ID, index))
+	}
+	return nil
 }
 
 // checkReadName checks a name a read names (GetRecord's, a watch's

@@ -237,9 +237,8 @@ func (sel *selection) changes(batches []watchBatch) []*pb.WatchResponse {
 }
 
 // watchBarrier makes the snapshot that follows linearizable: on the leader,
-// a read barrier; on a follower, a read on the leader (GetRecord of the
-// watch's namespace, forwarded: its answer says the index the leader read
-// at, after its barrier), then a wait until this node has applied as much.
+// a read barrier; on a follower, a wait until this node has applied the
+// index of a linearizable read on the leader (readAtLeaderIndex).
 func (s *Server) watchBarrier(ctx context.Context, ns string) error {
 	node := s.replica()
 	if node == nil {
@@ -249,18 +248,7 @@ func (s *Server) watchBarrier(ctx context.Context, ns string) error {
 	if err == nil || !errors.Is(err, raftnode.ErrNotLeader) {
 		return toStatus(err)
 	}
-	r, err := forward(s, ctx, err, func(ctx context.Context, cc *grpc.ClientConn) (*pb.GetRecordResponse, error) {
-		return pb.NewLocksClient(cc).GetRecord(ctx, &pb.GetRecordRequest{Namespace: ns})
-	})
-	if err != nil {
-		return err
-	}
-	wctx, cancel := context.WithTimeout(ctx, attachWait)
-	defer cancel()
-	if err := s.hub.waitApplied(wctx, r.GetIndex()); err != nil {
-		return toStatus(fmt.Errorf("%w: node %s has not yet applied index %d that the leader has", rpcerr.ErrNotReady, s.cfg.Self.ID, r.GetIndex()))
-	}
-	return nil
+	return s.readAtLeaderIndex(ctx, err, ns, false)
 }
 
 // watchSnapshot splits a watch's snapshot into pieces of about pageBytes of

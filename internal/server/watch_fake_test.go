@@ -528,3 +528,70 @@ func TestMaxHoldersInQuery(t *testing.T) {
 		t.Fatalf("query: %v, %v", q, err)
 	}
 }
+
+// During a rolling upgrade the leader may run the release before records,
+// which has no GetRecord: a follower of this release still serves
+// GetRecord and a watch's snapshot linearizably, at the index of the
+// leader's Query. Records also travel in QueryPages, and a watch's large
+// snapshot comes in pieces.
+func TestReadsOnAFollowerOfAnOlderLeader(t *testing.T) {
+	smallPages(t)
+	fc := newFakeCluster(t, 2, fakeOptions{})
+	n1, n2 := fc.node("n1"), fc.node("n2")
+	ctx := testCtx(t)
+	const ns = "old"
+	a := n1.open(t, ns)
+	var last *pb.SetRecordResponse
+	for i := uint64(1); i <= 20; i++ {
+		name := fmt.Sprintf("name-%02d", i)
+		g := n1.lock(t, a, ns, i, name)
+		var err error
+		if last, err = n1.setRecord(ctx, a, ns, i, g.Token, name, strings.Repeat("v", 300), false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	old := func(method string) error {
+		if method == pb.Locks_GetRecord_FullMethodName {
+			return status.Error(codes.Unimplemented, "unknown method GetRecord")
+		}
+		return nil
+	}
+	n1.refuse.Store(&old)
+	// n2 lags: the read must wait until it has applied the leader's read
+	// index, which the leader's Query gives once its GetRecord failed.
+	fc.hold("n2", true)
+	g := n1.lock(t, a, ns, 21, "name-21")
+	if _, err := n1.setRecord(ctx, a, ns, 21, g.Token, "name-21", "new", false); err != nil {
+		t.Fatal(err)
+	}
+	asked := fc.forwarded["n1"].Load()
+	go func() {
+		eventually(t, "n2 to ask the leader's GetRecord, then its Query", func() bool { return fc.forwarded["n1"].Load() >= asked+2 })
+		fc.hold("n2", false)
+	}()
+	r, err := n2.locks.GetRecord(ctx, &pb.GetRecordRequest{Namespace: ns, Name: "name-21"})
+	if err != nil || string(r.GetRecord().GetValue()) != "new" {
+		t.Fatalf("GetRecord on a lagging n2 with an old leader: %v, %v", r, err)
+	}
+	last, _ = n1.setRecord(ctx, a, ns, 21, g.Token, "name-21", "newer", false)
+	w, err := n2.watchUntil(t, &pb.WatchRequest{Namespace: ns, Prefix: "name-"}, func() uint64 { return last.Index })
+	if err != nil || w.snapshot == nil || w.snapshot.Index < last.Index || len(w.snapshot.Held) != 21 || len(w.snapshot.Records) != 21 {
+		t.Fatalf("a watch's snapshot on n2 with an old leader: %v, %v", w.snapshot, err)
+	}
+	st, err := n2.locks.QueryPages(ctx, &pb.QueryRequest{Namespace: ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pages, records := 0, 0
+	for {
+		p, err := st.Recv()
+		if err != nil {
+			break
+		}
+		pages++
+		records += len(p.Records)
+	}
+	if pages < 2 || records != 21 {
+		t.Fatalf("QueryPages: %d pages, %d records; want several pages and 21 records", pages, records)
+	}
+}
