@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -50,8 +51,11 @@ func recordsOf(in []*pb.Record) []Record {
 	for _, r := range in {
 		out = append(out, *recordOf(r))
 	}
+	slices.SortStableFunc(out, byName)
 	return out
 }
+
+func byName(a, b Record) int { return strings.Compare(a.Name, b.Name) }
 
 // checkMaxHolders checks Options.MaxHolders before anything is sent.
 func checkMaxHolders(name string, opts Options) error {
@@ -110,15 +114,7 @@ func (c *Client) grantRecords(ctx context.Context, l *Lock) error {
 			recs = append(recs, r)
 		}
 	}
-	slices.SortFunc(recs, func(a, b Record) int {
-		switch {
-		case a.Name < b.Name:
-			return -1
-		case a.Name > b.Name:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(recs, byName)
 	l.records, l.recordsKnown = recs, true
 	return nil
 }

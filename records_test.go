@@ -108,6 +108,34 @@ func TestRecords(t *testing.T) {
 				t.Fatalf("Record after ReleaseDeletingRecord: %v %v", ok, err)
 			}
 
+			// A queued request's grant (an event, not a response) carries
+			// the record that the release granting it wrote.
+			h, err := a.Acquire(ctx, "q", lockcluster.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			queued := make(chan struct{})
+			granted := make(chan *lockcluster.Lock, 1)
+			go func() {
+				l, err := b.Acquire(ctx, "q", lockcluster.Options{OnQueued: func() { close(queued) }})
+				if err != nil {
+					t.Error(err)
+				}
+				granted <- l
+			}()
+			<-queued
+			if _, err := h.ReleaseWithRecord(ctx, "q", []byte("handover")); err != nil {
+				t.Fatal(err)
+			}
+			next := <-granted
+			if next == nil {
+				t.FailNow()
+			}
+			if got, ok := next.Record("q"); !ok || string(got.Value) != "handover" || got.Token != h.Token() {
+				t.Fatalf("a queued grant's record: %+v %v", got, ok)
+			}
+			next.Release(ctx)
+
 			sh, err := a.Acquire(ctx, "s", lockcluster.Options{Mode: lockcluster.Shared})
 			if err != nil {
 				t.Fatal(err)

@@ -171,7 +171,9 @@ func (c *Client) acquire(ctx, parent context.Context, name string, opts Options)
 		}
 		l, err := s.result(r, o)
 		if err == nil {
-			err = c.grantRecords(ctx, l)
+			if err := c.grantRecords(ctx, l); err != nil {
+				return nil, err
+			}
 		}
 		return l, err
 	case <-ctx.Done():
