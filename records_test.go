@@ -134,6 +134,15 @@ func TestRecords(t *testing.T) {
 			if got, ok := next.Record("q"); !ok || string(got.Value) != "handover" || got.Token != h.Token() {
 				t.Fatalf("a queued grant's record: %+v %v", got, ok)
 			}
+			if err := next.DeleteRecord(ctx, "q"); err != nil {
+				t.Fatal(err)
+			}
+			if _, ok, err := a.Record(ctx, "q"); ok || err != nil {
+				t.Fatalf("Record after DeleteRecord: %v %v", ok, err)
+			}
+			if next.Err() != nil {
+				t.Fatalf("DeleteRecord ended the lock: %v", next.Err())
+			}
 			next.Release(ctx)
 
 			sh, err := a.Acquire(ctx, "s", lockcluster.Options{Mode: lockcluster.Shared})
