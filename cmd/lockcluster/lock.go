@@ -74,11 +74,13 @@ before the grant, HUP, INT, QUIT and TERM abort the request.
 session and waiting in the queue. When no endpoint accepts a connection
 within 2s the command exits 69 at once.
 
-Exit status: CMD's own; 75 when --if-available finds the lock taken (silently:
---verbose says who holds it), or --once-per finds the last run too recent; 74 when the lock was lost, or in jeopardy, while
-the job ran (the job was stopped); 73 when --timeout passed before the grant;
-69 when no endpoint answered; 77 when a credential was refused; 2 for bad
-usage; 1 for other errors.`,
+Exit status: CMD's own; 75 when --if-available finds the lock taken, or
+--once-per finds the last run too recent (silently: --verbose says who holds
+it, or when the last run was done); 74 when the lock was lost, or in
+jeopardy, while the job ran (the job was stopped), or when --once-per could
+not record a successful run; 73 when --timeout passed before the grant; 69
+when no endpoint answered; 77 when a credential was refused; 2 for bad usage;
+1 for other errors.`,
 		Example: `  lockcluster lock backup -- ./backup.sh
   lockcluster lock report --mode shared -- ./read-report.sh
   lockcluster lock deploy --if-available -- make deploy || echo "someone else is deploying"
