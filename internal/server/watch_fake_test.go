@@ -57,6 +57,11 @@ type watched struct {
 // watchUntil opens a watch on n and reads it until it has named the index
 // until returns (by a change or a progress; 0: not known yet), or failed.
 func (n *fakeNode) watchUntil(t *testing.T, req *pb.WatchRequest, until func() uint64) (*watched, error) {
+	return n.watchNotify(t, req, until, nil)
+}
+
+// watchNotify is watchUntil that closes snapped once the snapshot is in.
+func (n *fakeNode) watchNotify(t *testing.T, req *pb.WatchRequest, until func() uint64, snapped chan struct{}) (*watched, error) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(testCtx(t))
 	defer cancel()
@@ -87,6 +92,9 @@ func (n *fakeNode) watchUntil(t *testing.T, req *pb.WatchRequest, until func() u
 			if pieces++; !k.Snapshot.More {
 				pieces = 0
 				w.last = k.Snapshot.Index
+				if snapped != nil {
+					close(snapped)
+				}
 			}
 		case *pb.WatchResponse_Changes:
 			if pieces > 0 {
@@ -198,15 +206,19 @@ func TestWatchSnapshotThenChangesAndResume(t *testing.T) {
 	// The snapshot, on a follower: a's lock, b's wait, the record.
 	var last atomic.Uint64
 	req := &pb.WatchRequest{Namespace: ns}
-	done := make(chan *watched, 1)
+	done, snapped := make(chan *watched, 1), make(chan struct{})
 	go func() {
-		w, err := n2.watchUntil(t, req, func() uint64 { return last.Load() })
+		w, err := n2.watchNotify(t, req, func() uint64 { return last.Load() }, snapped)
 		if err != nil {
 			t.Errorf("watch: %v", err)
 		}
 		done <- w
 	}()
-	eventually(t, "the watch to start", func() bool { return n2.srv.Watches() == 1 })
+	select {
+	case <-snapped:
+	case w := <-done:
+		t.Fatalf("the watch ended before its snapshot: %v", w)
+	}
 	// Changes after the snapshot: a's release grants b (with a's record),
 	// b writes and releases in one entry, a locks y.
 	rel, err := n1.locks.Release(ctx, &pb.ReleaseRequest{Namespace: ns, SessionId: a.SessionId, SessionSecret: a.Secret, RequestId: 1})
