@@ -34,6 +34,10 @@ import (
 //     in between: the writer still held the name when the write was
 //     applied (tokens are Raft indexes);
 //   - agrees with every other record seen at the same index;
+//   - when a grant carried it: is the record the log (or a watch of every
+//     name) shows as the name's at the grant's index, its token
+//     (a new holder sees what its predecessor left; none when there was
+//     none);
 //
 // and the successful writes of a name, in index order, have tokens that
 // only grow, and follow real time (a write acknowledged before another was
@@ -294,12 +298,96 @@ func checkRecordsFencing(hs *history) checkResult {
 	return checkRecordsFencingOps(hs, recordOps(hs))
 }
 
+// recTimeline is what the log (or a watch of every name) says of a
+// name's record: its changes by index, from index from on.
+type recTimeline struct {
+	from    uint64
+	changes map[string][]recChange // by name, in index order
+}
+
+type recChange struct {
+	index uint64
+	rec   *RecInfo // nil: deleted
+}
+
+// timeline gathers the record changes of the log's history ("log" ops)
+// and of every watch of every name (after its first snapshot): the watch
+// checker holds them equal where they overlap.
+func timeline(hs *history) *recTimeline {
+	tl := &recTimeline{changes: map[string][]recChange{}}
+	seen := map[uint64]bool{}
+	from, set := uint64(0), false
+	started := map[int]bool{}
+	add := func(index uint64, cs []WChange) {
+		if seen[index] {
+			return
+		}
+		seen[index] = true
+		for _, c := range cs {
+			if c.Rec == nil || (c.Kind != "record-set" && c.Kind != "record-deleted") {
+				continue
+			}
+			var rec *RecInfo
+			if c.Kind == "record-set" {
+				rec = c.Rec
+			}
+			tl.changes[c.Rec.Name] = append(tl.changes[c.Rec.Name], recChange{index: index, rec: rec})
+		}
+	}
+	for _, op := range hs.ops {
+		switch {
+		case op.F == "log-range" && op.Type == "ok":
+			if !set || op.Index-1 < from {
+				from, set = op.Index-1, true
+			}
+		case op.F == "log":
+			add(op.Index, op.Changes)
+		case op.F == "watch" && op.Value == "" && op.Result == "snapshot" && !started[op.Process]:
+			started[op.Process] = true
+			if !set || op.Index < from {
+				from, set = op.Index, true
+			}
+		case op.F == "watch" && op.Value == "" && op.Result == "changes" && started[op.Process]:
+			add(op.Index, op.Changes)
+		}
+	}
+	if len(seen) == 0 {
+		return nil
+	}
+	for _, cs := range tl.changes {
+		sort.Slice(cs, func(i, j int) bool { return cs[i].index < cs[j].index })
+	}
+	tl.from = from
+	return tl
+}
+
+// at returns the name's record as entry index left it (ok false: the
+// timeline has no change of it between its start and index). A grant
+// sees the record as its own entry left it: a release with a record
+// writes and releases before the grant it lets in.
+func (tl *recTimeline) at(name string, index uint64) (rec *RecInfo, ok bool) {
+	cs := tl.changes[name]
+	i := sort.Search(len(cs), func(i int) bool { return cs[i].index > index }) - 1
+	switch {
+	case i < 0 && tl.from == 0:
+		return nil, true // the log from its first entry: no record yet
+	case i < 0 || cs[i].index <= tl.from:
+		return nil, false
+	}
+	return cs[i].rec, true
+}
+
 func checkRecordsFencingOps(hs *history, ops []*recOp) checkResult {
 	r := checkResult{Name: cRecFence, Valid: true}
 	names := recNames(ops)
 	if len(names) == 0 {
 		r.note("no records operations in the history")
 		return r
+	}
+	if tl := timeline(hs); tl != nil {
+		checkGrantRecords(hs, ops, tl, &r)
+	} else {
+		r.note("no log or watch in the history: the records grants carried are checked by porcupine only")
 	}
 	type counts struct{ ok, refused, unknown int }
 	noIndex := 0
@@ -430,4 +518,36 @@ func checkRecordsFencingOps(hs *history, ops []*recOp) checkResult {
 		r.note("%d writes were acknowledged without their index (a retried release with record that found its write applied): their value and token are checked, not their index", noIndex)
 	}
 	return r
+}
+
+// checkGrantRecords: every grant carried the record that the log (or a
+// watch) shows as the name's at the grant's index (its token).
+func checkGrantRecords(hs *history, ops []*recOp, tl *recTimeline, r *checkResult) {
+	checked := 0
+	for _, o := range ops {
+		if o.f != "grant" || o.rec == nil {
+			continue
+		}
+		want, ok := tl.at(o.name, o.hold.token)
+		if !ok {
+			continue
+		}
+		checked++
+		got := o.rec
+		switch {
+		case want == nil && got.None:
+		case want != nil && !got.None && want.Value == got.Value && want.Token == got.Token && want.Index == got.Index:
+		default:
+			r.fail("%s: %s at %s carried %s, but the log shows %s at index %d: a new holder must see what its predecessor left",
+				o.name, o, hs.at(o.complete), describeRec(got), describeRec(want), o.hold.token)
+		}
+	}
+	r.note("%d grants' records compared with the log's (or a watch's) record of the name at the grant (from index %d on)", checked, tl.from+1)
+}
+
+func describeRec(rec *RecInfo) string {
+	if rec == nil || rec.None {
+		return "no record"
+	}
+	return fmt.Sprintf("the record %q (token %d, index %d)", rec.Value, rec.Token, rec.Index)
 }

@@ -160,3 +160,28 @@ func TestRecordsReleaseWithoutIndex(t *testing.T) {
 	wantValid(t, ops, cRecFence)
 	wantValid(t, ops, cRecLin)
 }
+
+// With the log's history, each grant's record is compared with the log's
+// record of the name at the grant's index.
+func TestRecordsGrantAgainstTheLog(t *testing.T) {
+	withLog := func(b *hb) []Op {
+		b.add(90, Op{Process: finalProcess, Type: "ok", F: "log-range", Index: 1, To: 20})
+		b.add(91, Op{Process: finalProcess, Type: "event", F: "log", Index: 6,
+			Changes: []WChange{{Kind: "record-set", Names: []string{"rec-0"}, Token: 5, Rec: rec("rec-0", "a", 5, 6)}}})
+		b.add(91, Op{Process: finalProcess, Type: "event", F: "log", Index: 9,
+			Changes: []WChange{{Kind: "record-set", Names: []string{"rec-0"}, Token: 8, Rec: rec("rec-0", "b", 8, 9)}}})
+		return b.end(100)
+	}
+	ops := withLog(twoWriters())
+	wantValid(t, ops, cRecFence)
+	if r := check(t, ops, cRecFence); !strings.Contains(strings.Join(r.Notes, "\n"), "2 grants' records compared") {
+		t.Errorf("notes: %v", r.Notes)
+	}
+	// The second holder's grant (token 8) carried no record: what a
+	// retried request whose first answer was lost could report.
+	b := new(hb).recGrant(1, "1/1", "rec-0", 0, 10, 5, nil)
+	b.recSet(1, "1/1", "rec-0", 11, 15, "a", 5, "ok", 6).recRelease(1, "1/1", "rec-0", 16, 20)
+	b.recGrant(2, "2/1", "rec-0", 12, 25, 8, nil)
+	b.recReleaseWith(2, "2/1", "rec-0", 30, 35, "b", 8, 9)
+	wantInvalid(t, withLog(b), cRecFence, `the grant of 2/1 (token 8) at 0.025s carried no record, but the log shows the record "a" (token 5, index 6) at index 8`)
+}
