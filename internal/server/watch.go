@@ -208,7 +208,7 @@ func (s *Server) Watch(req *pb.WatchRequest, stream grpc.ServerStreamingServer[p
 		case <-s.done:
 			return toStatus(fmt.Errorf("%w: resume the watch on another node", raftnode.ErrShutdown))
 		case <-ctx.Done():
-			return ctx.Err()
+			return toStatus(ctx.Err())
 		}
 	}
 }
