@@ -128,9 +128,13 @@ func run(ctx context.Context, cfg config) ([]checkResult, error) {
 	stop()
 	rn.logf("final phase: quiescence, final holds, digests")
 	rn.final(ctx)
-	if rn.watches != nil && len(rn.watches.all) > 0 {
-		rn.logf("stopping the watches once they reach the end marker; reading the log's history from the stopped nodes")
+	watching := rn.watches != nil && len(rn.watches.all) > 0
+	if watching {
+		rn.logf("stopping the watches once they reach the end marker")
 		rn.watches.stop(ctx, 30*time.Second)
+	}
+	if watching || contains(cfg.Workloads, wRecords) {
+		rn.logf("reading the log's history from the stopped nodes")
 		c.Close()
 		rn.readLogs()
 	}
