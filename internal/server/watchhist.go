@@ -133,6 +133,30 @@ func (h *WatchHistory) Len() int {
 	return h.n
 }
 
+// WatchBatch is the changes one applied entry made, as Next returns them.
+type WatchBatch struct {
+	Index uint64
+	// Time is the leader's time in the entry, Unix nanoseconds.
+	Time int64
+	// Changes are read only: shared with the history (and the state).
+	Changes []fsm.Change
+}
+
+// Next is next (below) for a reader outside this package: the status
+// page's event stream (internal/web) follows the history as a watch does,
+// by a cursor, waiting on wake between rounds. The Watch RPC and it take
+// the same path through the history.
+func (h *WatchHistory) Next(after uint64, maxChanges int) (batches []WatchBatch, upTo uint64, wake <-chan struct{}, oldest uint64, compacted bool) {
+	out, upTo, wake, oldest, compacted := h.next(after, maxChanges)
+	if len(out) > 0 {
+		batches = make([]WatchBatch, len(out))
+		for i, b := range out {
+			batches[i] = WatchBatch{Index: b.index, Time: b.time, Changes: b.changes}
+		}
+	}
+	return batches, upTo, wake, oldest, compacted
+}
+
 // next returns, for a cursor after (every change up to it was taken), the
 // batches after it, of up to about maxChanges changes (at least one batch
 // when there is one), and upTo: the index the cursor may move to, every
