@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"os/signal"
+	"runtime"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -40,6 +41,7 @@ type serveConfig struct {
 	tls                                       node.TLSFiles
 	maxMessage                                int64
 	pprof                                     bool
+	blockProfileRate, mutexProfileFraction    int64
 	memoryLimit                               string
 	gcHeadroom                                string
 	sessionRate                               float64
@@ -135,6 +137,8 @@ func (c *serveConfig) settings() []setting {
 		{key: "memory-limit", usage: "soft limit on the node's memory, like 800MiB or 2GiB: Go's garbage collector works harder as the heap nears it (empty: GOMEMLIMIT, or none)", str: &c.memoryLimit},
 		{key: "gc-headroom", usage: "once the live heap is larger, Go's garbage collector lets it grow by at most this much before it collects (GOGC lowered to as little as 25): a node holding a million locks stays near 0.8 GiB instead of 1.2 (0: Go's default, twice the live heap; a GOGC in the environment also turns it off)", str: &c.gcHeadroom},
 		{key: "enable-pprof", usage: "serve Go's profiler at /debug/pprof/ on the HTTP address (admin credential required when auth is on)", flag: &c.pprof},
+		{key: "block-profile-rate", usage: "with enable-pprof: record in /debug/pprof/block the goroutines blocked for at least this many nanoseconds (runtime.SetBlockProfileRate; 1: every event; 0: off, the default: it costs on every blocking operation)", num: &c.blockProfileRate},
+		{key: "mutex-profile-fraction", usage: "with enable-pprof: record in /debug/pprof/mutex 1 in this many mutex contention events (runtime.SetMutexProfileFraction; 0: off, the default)", num: &c.mutexProfileFraction},
 		{key: "raft-dial", usage: "dial these raft addresses instead of the members' own, id=host:port,... (routes raft traffic through a proxy, as the chaos tests do)", str: &c.raftDial},
 	}
 }
@@ -272,6 +276,9 @@ func (c *serveConfig) run() error {
 	if err := gc.set(c.gcHeadroom); err != nil {
 		return &exitError{code: exitUsage, msg: err.Error()}
 	}
+	if err := c.setProfiling(); err != nil {
+		return &exitError{code: exitUsage, msg: err.Error()}
+	}
 	cfg := node.Config{
 		ID: c.id, DataDir: c.dataDir, GRPCAddr: c.grpcAddr, RaftAddr: c.raftAddr, HTTPAddr: c.httpAddr,
 		AdvertiseGRPC: c.advGRPC, AdvertiseRaft: c.advRaft, AdvertiseHTTP: c.advHTTP,
@@ -389,4 +396,23 @@ func parseBytes(v string) (int64, error) {
 		return 0, fmt.Errorf("%q is not a size like 800MiB or 2GiB", v)
 	}
 	return n * mult, nil
+}
+
+// setProfiling turns on the block and mutex profiles that --enable-pprof
+// serves (process-wide settings of the runtime; both off by default, as
+// Go has them: /debug/pprof/block and /mutex are then empty).
+func (c *serveConfig) setProfiling() error {
+	if c.blockProfileRate < 0 || c.mutexProfileFraction < 0 || c.mutexProfileFraction > math.MaxInt32 {
+		return fmt.Errorf("--block-profile-rate=%d --mutex-profile-fraction=%d: want 0 (off) or a positive number", c.blockProfileRate, c.mutexProfileFraction)
+	}
+	if (c.blockProfileRate > 0 || c.mutexProfileFraction > 0) && !c.pprof {
+		return fmt.Errorf("--block-profile-rate=%d --mutex-profile-fraction=%d: the profiles are served by --enable-pprof, which is off", c.blockProfileRate, c.mutexProfileFraction)
+	}
+	if c.blockProfileRate > 0 {
+		runtime.SetBlockProfileRate(int(c.blockProfileRate))
+	}
+	if c.mutexProfileFraction > 0 {
+		runtime.SetMutexProfileFraction(int(c.mutexProfileFraction))
+	}
+	return nil
 }
