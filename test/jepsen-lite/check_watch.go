@@ -26,7 +26,10 @@ import (
 //   - two watches agree where their segments overlap (a watch of every
 //     name, filtered by the other's selection, against the other);
 //   - every watch reaches the marker written at the end, and none stops
-//     with an error.
+//     with an error;
+//   - the records of each snapshot are those the log shows at its index
+//     (for the names whose record changed in the log's or the watches'
+//     history before it).
 
 const cWatch = "watch"
 
@@ -255,5 +258,51 @@ func checkWatch(hs *history) checkResult {
 	}
 	r.note("%d watches, %d events, %d Resync after COMPACTED; %d events compared with the log, %d between watches; end marker at index %d",
 		len(ws), events, resyncs, vsLog, vsWatch, marker)
+	checkSnapshotRecords(hs, &r)
 	return r
+}
+
+// checkSnapshotRecords: the records of each watch snapshot at index I are
+// the records the log (or another watch) shows at I, for every name the
+// watch selects whose record changed after the timeline's start.
+func checkSnapshotRecords(hs *history, r *checkResult) {
+	tl := timeline(hs)
+	if tl == nil {
+		return
+	}
+	checked := 0
+	for _, op := range hs.ops {
+		if op.F != "watch" || op.Result != "snapshot" {
+			continue
+		}
+		if len(op.Records) == 0 && op.Error != "" && !strings.HasSuffix(op.Error, " 0 records") {
+			continue // a history recorded before snapshots kept their records
+		}
+		got := map[string]RecInfo{}
+		for _, rec := range op.Records {
+			got[rec.Name] = rec
+		}
+		for _, name := range sortedKeys(tl.changes) {
+			if !strings.HasPrefix(name, op.Value) {
+				continue
+			}
+			want, ok := tl.at(name, op.Index)
+			if !ok {
+				continue
+			}
+			checked++
+			g, have := got[name]
+			switch {
+			case want == nil && !have:
+			case want != nil && have && g.Value == want.Value && g.Token == want.Token && g.Index == want.Index:
+			default:
+				gp := &g
+				if !have {
+					gp = nil
+				}
+				r.fail("watch p%d: its snapshot at index %d has %s for %s, but the log shows %s", op.Process, op.Index, describeRec(gp), name, describeRec(want))
+			}
+		}
+	}
+	r.note("%d records of watch snapshots compared with the log's", checked)
 }

@@ -23,8 +23,9 @@ var watchLogEntries = []struct {
 
 // watchHistory builds a history: the log (from index 5 on), the marker,
 // and one watch p (prefix) per stream, each a list of events: a snapshot
-// ("s<index>", "r<index>" for a Resync) or the index of a log entry whose
-// changes it received.
+// ("s<index>", "r<index>" for a Resync; with the records the log shows
+// at its index, none with a final "!") or the index of a log entry whose
+// changes it received (other changes with a final "!").
 func watchHistory(prefix string, streams ...[]string) []Op {
 	b := new(hb)
 	t := int64(1)
@@ -38,7 +39,15 @@ func watchHistory(prefix string, streams ...[]string) []Op {
 			switch ev[0] {
 			case 's', 'r':
 				idx = parseU(ev[1:])
-				b.add(t, Op{Process: p, Type: "event", F: "watch", Result: "snapshot", Index: idx, Resync: ev[0] == 'r', Value: prefix})
+				var recs []RecInfo
+				for _, e := range watchLogEntries {
+					for _, c := range e.changes {
+						if e.index <= idx && c.Rec != nil && strings.HasPrefix(c.Rec.Name, prefix) && ev[len(ev)-1] != '!' {
+							recs = append(recs, *c.Rec)
+						}
+					}
+				}
+				b.add(t, Op{Process: p, Type: "event", F: "watch", Result: "snapshot", Index: idx, Resync: ev[0] == 'r', Value: prefix, Records: recs})
 			default:
 				idx = parseU(ev)
 				var cs []WChange
@@ -130,4 +139,11 @@ func TestWatchMustReachTheMarker(t *testing.T) {
 		}
 	}
 	wantInvalid(t, ops, cWatch, "not the end marker at 13")
+}
+
+func TestWatchSnapshotRecords(t *testing.T) {
+	wantInvalid(t, watchHistory("", []string{"s12!", "13"}), cWatch, `watch p20: its snapshot at index 12 has no record for rec-0, but the log shows the record "a" (token 10, index 11)`)
+	if r := check(t, watchHistory("", []string{"s12", "13"}), cWatch); !strings.Contains(strings.Join(r.Notes, "\n"), "1 records of watch snapshots compared") {
+		t.Errorf("notes: %v", r.Notes)
+	}
 }

@@ -54,6 +54,8 @@ type Op struct {
 	// watch snapshot that followed COMPACTED.
 	Changes []WChange `json:"changes,omitempty"`
 	Resync  bool      `json:"resync,omitempty"`
+	// Records are the records of a watch's snapshot.
+	Records []RecInfo `json:"records,omitempty"`
 }
 
 // QLock is one entry of a query's answer.

@@ -20,7 +20,7 @@ import (
 // name, and one the names of the records workload (prefix rec-) when it
 // runs. They resume across faults by themselves (lockcluster.Watcher).
 // Every event they receive goes into the history (F "watch"): the first
-// snapshot (Result "snapshot", its Index), each entry's changes (Result
+// snapshot (Result "snapshot", its Index and Records), each entry's changes (Result
 // "changes", Index, Changes), a Resync snapshot after COMPACTED, an error
 // that stopped a watch, and at the end (Result "end") the last index the
 // watch had received (Watcher.LastIndex: every change up to it was
@@ -194,6 +194,9 @@ func (ws *watchers) loop(ctx context.Context, r *watchRun) {
 		if ev.Snapshot != nil {
 			op.Result, op.Resync = "snapshot", ev.Resync
 			op.Error = fmt.Sprintf("%d held, %d pending, %d records", len(ev.Snapshot.Held), len(ev.Snapshot.Pending), len(ev.Snapshot.Records))
+			for _, rec := range ev.Snapshot.Records {
+				op.Records = append(op.Records, *recInfo(rec, true))
+			}
 		} else {
 			op.Result, op.Changes = "changes", watchChanges(ev.Changes)
 		}
