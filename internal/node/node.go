@@ -106,6 +106,7 @@ type Node struct {
 	raft    *raftnode.Node
 	machine *fsm.Machine
 	srv     *server.Server
+	hist    *server.WatchHistory // the watch history: watches and the status page's live feed
 	metrics *metrics.Metrics
 	grpc    *grpc.Server
 	health  *health.Server
@@ -175,6 +176,7 @@ func (n *Node) start() error {
 	// (internal/server/watchhist.go).
 	n.machine.KeepChanges(true)
 	hist := server.NewWatchHistory(cfg.Server.WatchHistory)
+	n.hist = hist
 	n.metrics = metrics.New(n.machine, metrics.WithReplica(cfg.ID)) // before raft starts: it installs go-metrics' sink
 	self := fsm.Member{ID: cfg.ID, GRPCAddr: orElse(cfg.AdvertiseGRPC, n.grpcLis.Addr().String())}
 	if n.httpLis != nil {
@@ -348,7 +350,7 @@ func (n *Node) httpHandler() http.Handler {
 		authorize = n.authz.HTTP
 	}
 	mux.Handle("/metrics", web.Protect(authorize, n.metrics.Handler()))
-	mux.Handle("/", web.Handler(web.Options{NodeID: n.cfg.ID, Machine: n.machine, Raft: n.raft, Authorize: authorize, Health: n.memberHealth}))
+	mux.Handle("/", web.Handler(web.Options{NodeID: n.cfg.ID, Machine: n.machine, Raft: n.raft, Authorize: authorize, Health: n.memberHealth, History: n.hist}))
 	mux.HandleFunc("/livez", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
 		if err := n.raft.Unfit(); err != nil {

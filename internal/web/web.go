@@ -1,11 +1,15 @@
 // Package web serves a node's status page: the members and the leader, and
 // every namespace's held and pending locks with their holders, tokens and
-// ages, updated every second. The page (HTML, CSS and a small script, no
-// framework) is embedded in the binary and loads nothing from elsewhere;
-// its script polls the JSON endpoint /api/state, which reads this node's
-// own state: it is not linearizable (a follower may lag the leader by a few
-// entries), and the page says so. `lockcluster query` is the linearizable
-// view.
+// ages, and the changes this node applied most recently, live. The page
+// (HTML, CSS and a small script, no framework) is embedded in the binary
+// and loads nothing from elsewhere; its script reads the JSON endpoint
+// /api/state, and reads it again whenever the event stream /api/events
+// (Server-Sent Events from the node's watch history, events.go) says an
+// entry changed something; without the stream (no history, too many
+// streams, an old browser) it polls /api/state every second. Both read
+// this node's own state: it is not linearizable (a follower may lag the
+// leader by a few entries), and the page says so. `lockcluster query` is
+// the linearizable view.
 //
 // The page shows every namespace: it is an administrator's view. When the
 // cluster has credentials, Options.Authorize must check an admin one.
@@ -13,8 +17,8 @@
 // This package is implementation, not API: it makes no compatibility
 // promise, and it exports only what other lockcluster packages use. The
 // stable API is the client (package lockcluster) and the wire contract
-// (api/lockclusterv1); the JSON of /api/state is the page's, not a
-// contract.
+// (api/lockclusterv1); the JSON of /api/state and /api/events is the
+// page's, not a contract.
 package web
 
 import (
@@ -25,6 +29,7 @@ import (
 	"time"
 
 	"github.com/lockcluster/lockcluster/fsm"
+	"github.com/lockcluster/lockcluster/internal/server"
 	"github.com/lockcluster/lockcluster/raftnode"
 )
 
@@ -54,16 +59,30 @@ type Options struct {
 	// Health, when set, returns what the leader sees of each member, by id
 	// (internal/node asks the leader); members it omits show no health.
 	Health func() map[string]Health
+	// History, when set, is the node's watch history, which /api/events
+	// streams to the page (events.go); nil: /api/events is 404 and the
+	// page polls /api/state.
+	History *server.WatchHistory
 	// maxLocks (tests) bounds the held and the pending locks listed per namespace
 	// (default 200); the counts are always complete.
 	maxLocks int
 	// now (tests) is the clock of the ages (default time.Now).
 	now func() time.Time
+	// Tests: the bounds of /api/events (events.go; 0: the defaults).
+	maxStreams, maxStreamsPerIP int
+	heartbeat, writeTimeout     time.Duration
 }
 
-// Handler serves the page at /, its assets under /static/ and its data at
-// /api/state; anything else is 404. Mount it at "/".
+// Handler serves the page at /, its assets under /static/, its data at
+// /api/state and its live feed at /api/events; anything else is 404. Mount
+// it at "/".
 func Handler(o Options) http.Handler {
+	h, _ := handler(o)
+	return h
+}
+
+// handler is Handler, with the event streams (for tests: how many run).
+func handler(o Options) (http.Handler, *events) {
 	if o.maxLocks <= 0 {
 		o.maxLocks = 200
 	}
@@ -95,7 +114,9 @@ func Handler(o Options) http.Handler {
 		enc.SetIndent("", " ")
 		_ = enc.Encode(snapshot(o))
 	})
-	return Protect(o.Authorize, secureHeaders(mux))
+	ev := newEvents(o)
+	mux.Handle("GET /api/events", ev)
+	return Protect(o.Authorize, secureHeaders(mux)), ev
 }
 
 // Protect answers 401, with a Basic challenge, to the requests authorize

@@ -1,15 +1,20 @@
 package web
 
 import (
+	"bufio"
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/lockcluster/lockcluster/fsm"
+	"github.com/lockcluster/lockcluster/internal/server"
+	"github.com/lockcluster/lockcluster/internal/testutil"
 	"github.com/lockcluster/lockcluster/raftnode"
 )
 
@@ -164,5 +169,296 @@ func TestMembersShowFencedHealth(t *testing.T) {
 	}
 	if _, ok := back[0].Health["unfit"]; ok || back[1].Health["unfit"] != why || back[1].Health["reachable"] != true {
 		t.Fatalf("members: %s", b)
+	}
+}
+
+// feed applies entries to a lock manager and feeds their changes to a
+// watch history, as a node's raft adapter does.
+type feed struct {
+	t     *testing.T
+	m     *fsm.Machine
+	h     *server.WatchHistory
+	index uint64
+	at    time.Time
+}
+
+func newFeed(t *testing.T, history int) *feed {
+	m := fsm.New()
+	m.KeepChanges(true)
+	return &feed{t: t, m: m, h: server.NewWatchHistory(history), at: time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)}
+}
+
+func (f *feed) apply(cmd fsm.Command) fsm.Result {
+	f.t.Helper()
+	f.index++
+	f.at = f.at.Add(time.Second)
+	ap := f.m.Apply(f.index, fsm.Entry{Time: f.at.UnixNano(), Cmd: cmd})
+	if ap.Result.Err != nil {
+		f.t.Fatal(ap.Result.Err)
+	}
+	f.h.Append(f.index, f.at.UnixNano(), ap.Changes)
+	return ap.Result
+}
+
+// sse is one message of an event stream: an event (its id, name and
+// data) or a comment.
+type sse struct {
+	id, name, data, comment string
+}
+
+// openEvents opens /api/events on srv, with Last-Event-ID lastID unless
+// it is "", and returns the response and, when it is 200, its messages.
+func openEvents(t *testing.T, srv *httptest.Server, lastID string, edit func(*http.Request)) (*http.Response, <-chan sse) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	req, err := http.NewRequestWithContext(ctx, "GET", srv.URL+"/api/events", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lastID != "" {
+		req.Header.Set("Last-Event-ID", lastID)
+	}
+	if edit != nil {
+		edit(req)
+	}
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = resp.Body.Close() })
+	if resp.StatusCode != 200 {
+		return resp, nil
+	}
+	ch := make(chan sse, 100)
+	go func() {
+		defer close(ch)
+		sc := bufio.NewScanner(resp.Body)
+		var m sse
+		for sc.Scan() {
+			line := sc.Text()
+			k, v, _ := strings.Cut(line, ":")
+			v = strings.TrimPrefix(v, " ")
+			switch {
+			case line == "":
+				if m != (sse{}) {
+					ch <- m
+				}
+				m = sse{}
+			case k == "":
+				m.comment = v
+			case k == "id":
+				m.id = v
+			case k == "event":
+				m.name = v
+			case k == "data":
+				m.data = v
+			}
+		}
+	}()
+	return resp, ch
+}
+
+// nextEvent returns the stream's next event, skipping comments.
+func nextEvent(t *testing.T, ch <-chan sse) sse {
+	t.Helper()
+	deadline := time.NewTimer(10 * time.Second)
+	defer deadline.Stop()
+	for {
+		select {
+		case m, ok := <-ch:
+			if !ok {
+				t.Fatal("the event stream ended")
+			}
+			if m.comment == "" {
+				return m
+			}
+		case <-deadline.C:
+			t.Fatal("no event in 10s")
+		}
+	}
+}
+
+// change decodes an event's data, checks its id is its index, and returns
+// its changes' kind and names, one "kind names label token" string each.
+func changes(t *testing.T, m sse) (index uint64, out []string) {
+	t.Helper()
+	var ev event
+	if err := json.Unmarshal([]byte(m.data), &ev); err != nil || m.name != "" {
+		t.Fatalf("event %+v: %v", m, err)
+	}
+	if m.id != strconv.FormatUint(ev.Index, 10) || ev.Time.IsZero() {
+		t.Fatalf("event id %q, data %s: the id is not its index, or it has no time", m.id, m.data)
+	}
+	for _, c := range ev.Changes {
+		out = append(out, c.Kind+" "+c.Namespace+" "+strings.Join(c.Names, ",")+" "+c.Mode+" "+c.Label+" "+strconv.FormatUint(c.Token, 10)+" "+c.Cause)
+	}
+	return ev.Index, out
+}
+
+// /api/events streams each entry's changes in order, with its index as
+// the event's id, a record's name and size but not its value, and resumes
+// after the browser's Last-Event-ID.
+func TestEventsStreamChanges(t *testing.T) {
+	f := newFeed(t, 0)
+	a := f.apply(&fsm.OpenSession{Namespace: "billing", Label: "alpha <b>", TTL: int64(time.Minute), ClientID: "client-a"}).Session
+	srv := httptest.NewServer(Handler(Options{Machine: f.m, History: f.h, heartbeat: 20 * time.Millisecond}))
+	t.Cleanup(srv.Close)
+
+	resp, ch := openEvents(t, srv, "", nil)
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/event-stream" || resp.Header.Get("Cache-Control") != "no-store" ||
+		!strings.Contains(resp.Header.Get("Content-Security-Policy"), "default-src 'none'") {
+		t.Fatalf("GET /api/events: %d, headers %v", resp.StatusCode, resp.Header)
+	}
+	// The stream starts at the applied index: the session's opening is
+	// not in it. A heartbeat comes while nothing is applied.
+	testutil.Eventually(t, 10*time.Second, "a heartbeat", func() bool {
+		select {
+		case m := <-ch:
+			return m.comment == "heartbeat"
+		default:
+			return false
+		}
+	})
+	grant := f.apply(&fsm.Request{Session: a, Namespace: "billing", RequestID: 1, Names: []string{"invoices"}})
+	f.apply(&fsm.OpenSession{Namespace: "billing", Label: "beta", TTL: int64(time.Minute)}) // no changes: no event
+	f.apply(&fsm.SetRecord{Session: a, Namespace: "billing", RequestID: 1, Token: grant.Token, Name: "invoices", Value: []byte("secret-value")})
+	f.apply(&fsm.Release{Session: a, Namespace: "billing", RequestID: 1})
+	tok := strconv.FormatUint(grant.Token, 10)
+	i1, c1 := changes(t, nextEvent(t, ch))
+	if i1 != 2 || len(c1) != 1 || c1[0] != "granted billing invoices exclusive alpha <b> "+tok+" " {
+		t.Fatalf("first event: index %d, %q", i1, c1)
+	}
+	rec := nextEvent(t, ch)
+	if i, c := changes(t, rec); i != 4 || len(c) != 1 || !strings.HasPrefix(c[0], "record-set billing") ||
+		strings.Contains(rec.data, "secret-value") || !strings.Contains(rec.data, `"record":{"name":"invoices","size":12`) {
+		t.Fatalf("the record's event: %s", rec.data)
+	}
+	i3, c3 := changes(t, nextEvent(t, ch))
+	if i3 != 5 || len(c3) != 1 || c3[0] != "released billing invoices exclusive alpha <b> "+tok+" " {
+		t.Fatalf("third event: index %d, %q", i3, c3)
+	}
+
+	// A browser that saw the grant resumes after it.
+	_, again := openEvents(t, srv, "2", nil)
+	if i, _ := changes(t, nextEvent(t, again)); i != 4 {
+		t.Fatalf("resumed after 2: first event %d, want 4", i)
+	}
+	if i, _ := changes(t, nextEvent(t, again)); i != 5 {
+		t.Fatalf("resumed after 2: second event %d, want 5", i)
+	}
+}
+
+// A Last-Event-ID the history no longer holds every change after (or no
+// index this node has applied) starts the stream with an event reset at
+// the applied index; the stream goes on from there.
+func TestEventsResetWhenCompacted(t *testing.T) {
+	f := newFeed(t, 2)
+	a := f.apply(&fsm.OpenSession{Namespace: "billing", Label: "alpha", TTL: int64(time.Minute)}).Session
+	for i := uint64(1); i <= 3; i++ {
+		f.apply(&fsm.Request{Session: a, Namespace: "billing", RequestID: i, Names: []string{"n" + strconv.FormatUint(i, 10)}})
+	}
+	if f.h.Oldest() == 0 {
+		t.Fatalf("the history kept everything: oldest %d", f.h.Oldest())
+	}
+	srv := httptest.NewServer(Handler(Options{Machine: f.m, History: f.h}))
+	t.Cleanup(srv.Close)
+	for _, last := range []string{"1", "99", "not-a-number"} {
+		at := strconv.FormatUint(f.index, 10)
+		_, ch := openEvents(t, srv, last, nil)
+		m := nextEvent(t, ch)
+		if m.name != "reset" || m.id != at || !strings.Contains(m.data, `"index":`+at+",") {
+			t.Fatalf("Last-Event-ID %s: %+v, want a reset at %s", last, m, at)
+		}
+		f.apply(&fsm.Request{Session: a, Namespace: "billing", RequestID: f.index + 10, Names: []string{"x" + last}})
+		if i, c := changes(t, nextEvent(t, ch)); i != f.index || len(c) != 1 || !strings.HasPrefix(c[0], "granted billing x"+last) {
+			t.Fatalf("Last-Event-ID %s: after the reset %d %q", last, i, c)
+		}
+	}
+}
+
+// Streams are bounded: over the bound, 503; a stream that ends makes room.
+// Without a history the endpoint is 404 (the page polls).
+func TestEventsBounded(t *testing.T) {
+	f := newFeed(t, 0)
+	h, ev := handler(Options{Machine: f.m, History: f.h, maxStreams: 2})
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	ctx, cancel := context.WithCancel(context.Background())
+	first, _ := openEvents(t, srv, "", func(r *http.Request) { *r = *r.WithContext(ctx) })
+	second, _ := openEvents(t, srv, "", nil)
+	if first.StatusCode != 200 || second.StatusCode != 200 {
+		t.Fatalf("two streams: %d %d", first.StatusCode, second.StatusCode)
+	}
+	third, _ := openEvents(t, srv, "", nil)
+	if third.StatusCode != http.StatusServiceUnavailable || third.Header.Get("Retry-After") == "" {
+		t.Fatalf("a third stream over a bound of 2: %d %v", third.StatusCode, third.Header)
+	}
+	cancel()
+	testutil.Eventually(t, 10*time.Second, "the first stream to end", func() bool { return ev.limit.streams() == 1 })
+	if again, _ := openEvents(t, srv, "", nil); again.StatusCode != 200 {
+		t.Fatalf("a stream once one ended: %d", again.StatusCode)
+	}
+
+	// Per client address too.
+	h, _ = handler(Options{Machine: f.m, History: f.h, maxStreamsPerIP: 1})
+	srv2 := httptest.NewServer(h)
+	t.Cleanup(srv2.Close)
+	if r, _ := openEvents(t, srv2, "", nil); r.StatusCode != 200 {
+		t.Fatalf("one stream: %d", r.StatusCode)
+	}
+	if r, _ := openEvents(t, srv2, "", nil); r.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("a second stream from one address over a bound of 1: %d", r.StatusCode)
+	}
+
+	if resp := get(t, Handler(Options{Machine: f.m}), "GET", "/api/events"); resp.StatusCode != 404 {
+		t.Fatalf("/api/events without a history: %d", resp.StatusCode)
+	}
+}
+
+// A reader that takes nothing is cut once a write has waited writeTimeout.
+func TestEventsCutsASlowReader(t *testing.T) {
+	f := newFeed(t, 1<<20)
+	h, ev := handler(Options{Machine: f.m, History: f.h, writeTimeout: 100 * time.Millisecond})
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	resp, _ := openEvents(t, srv, "", nil) // nobody reads its body
+	if resp.StatusCode != 200 {
+		t.Fatal(resp.StatusCode)
+	}
+	// Some tens of MiB of events: more than the sockets' buffers hold.
+	big := strings.Repeat("n", 4000)
+	for i := 1; i <= 2000; i++ {
+		names := make([]string, 8)
+		for j := range names {
+			names[j] = big
+		}
+		f.h.Append(uint64(i), 0, []fsm.Change{{Kind: fsm.ChangeGranted, Namespace: "ns", Names: names}})
+	}
+	testutil.Eventually(t, 20*time.Second, "the stream of a reader that takes nothing to be cut", func() bool { return ev.limit.streams() == 0 })
+}
+
+// With credentials, /api/events needs them, as the page does.
+func TestEventsAuthorize(t *testing.T) {
+	f := newFeed(t, 0)
+	srv := httptest.NewServer(Handler(Options{Machine: f.m, History: f.h, Authorize: func(r *http.Request) bool {
+		_, pw, ok := r.BasicAuth()
+		return ok && pw == "admin-secret"
+	}}))
+	t.Cleanup(srv.Close)
+	if resp, _ := openEvents(t, srv, "", nil); resp.StatusCode != 401 || !strings.HasPrefix(resp.Header.Get("WWW-Authenticate"), "Basic ") {
+		t.Fatalf("unauthorized: %d %v", resp.StatusCode, resp.Header)
+	}
+	if resp, _ := openEvents(t, srv, "", func(r *http.Request) { r.SetBasicAuth("", "wrong") }); resp.StatusCode != 401 {
+		t.Fatalf("a wrong password: %d", resp.StatusCode)
+	}
+	resp, ch := openEvents(t, srv, "", func(r *http.Request) { r.SetBasicAuth("", "admin-secret") })
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/event-stream" {
+		t.Fatalf("authorized: %d %v", resp.StatusCode, resp.Header)
+	}
+	f.apply(&fsm.OpenSession{Namespace: "billing", Label: "alpha", TTL: int64(time.Minute)})
+	f.apply(&fsm.CloseSession{Namespace: "billing", Session: 1})
+	if m := nextEvent(t, ch); !strings.Contains(m.data, `"kind":"session-ended"`) {
+		t.Fatalf("authorized stream: %+v", m)
 	}
 }
