@@ -25,7 +25,7 @@ type localCluster struct {
 	crashes []string
 }
 
-func newLocalCluster(bin, dir string, n int) (*localCluster, error) {
+func newLocalCluster(bin, dir string, n int, serveArgs ...string) (*localCluster, error) {
 	lc := &localCluster{}
 	var linksErr error
 	c, err := proccluster.New(proccluster.Config{Bin: bin, Nodes: n, Dir: dir, Keep: true, StartMarker: "jepsen-lite",
@@ -48,7 +48,7 @@ func newLocalCluster(bin, dir string, n int) (*localCluster, error) {
 					dial = append(dial, other.ID+"="+lc.links.Proxy(i, j))
 				}
 			}
-			return []string{"--raft-dial", strings.Join(dial, ",")}
+			return append([]string{"--raft-dial", strings.Join(dial, ",")}, serveArgs...)
 		},
 		OnExit: func(n *proccluster.Node, err error, expected bool) {
 			if !expected {

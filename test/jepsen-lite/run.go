@@ -14,24 +14,27 @@ import (
 
 // config is one run's configuration (the flags).
 type config struct {
-	Time        time.Duration // faults and load
-	Recovery    time.Duration // load after the heal
-	TTL         time.Duration // client sessions
-	OpTimeout   time.Duration // deadline of a blocking request
-	LinTimeout  time.Duration // porcupine, per lock name
-	Nemeses     []string
-	Workloads   []string
-	Clients     int // client goroutines in the harness
-	Watchers    int // watches of every name (watch.go)
-	ClientProcs int // client processes (mutex workload), the ones pause-client pauses
-	Nodes       int
-	Seed        int64
-	Out         string
-	Bin         string
-	BuildTags   []string // extra tags when the harness builds the binary
-	Docker      bool
-	Compose     string // docker-compose.yml
-	Log         io.Writer
+	Time       time.Duration // faults and load
+	Recovery   time.Duration // load after the heal
+	TTL        time.Duration // client sessions
+	OpTimeout  time.Duration // deadline of a blocking request
+	LinTimeout time.Duration // porcupine, per lock name
+	Nemeses    []string
+	Workloads  []string
+	Clients    int // client goroutines in the harness
+	Watchers   int // watches of every name (watch.go)
+	// WatchHistory is the nodes' --watch-history (0: their default); a
+	// small one makes watches resume into COMPACTED and Resync.
+	WatchHistory int
+	ClientProcs  int // client processes (mutex workload), the ones pause-client pauses
+	Nodes        int
+	Seed         int64
+	Out          string
+	Bin          string
+	BuildTags    []string // extra tags when the harness builds the binary
+	Docker       bool
+	Compose      string // docker-compose.yml
+	Log          io.Writer
 }
 
 // settle is how long the cluster has after the heal before every blocking
@@ -168,7 +171,11 @@ func (rn *runner) cluster() (Cluster, error) {
 	if err := os.MkdirAll(data, 0o755); err != nil {
 		return nil, err
 	}
-	return newLocalCluster(bin, data, rn.cfg.Nodes)
+	var extra []string
+	if rn.cfg.WatchHistory > 0 {
+		extra = append(extra, fmt.Sprintf("--watch-history=%d", rn.cfg.WatchHistory))
+	}
+	return newLocalCluster(bin, data, rn.cfg.Nodes, extra...)
 }
 
 // load runs the clients and the nemesis: faults for Time, the heal, then
