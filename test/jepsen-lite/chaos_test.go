@@ -45,8 +45,8 @@ func outDir(t *testing.T) string {
 
 // TestShortChaos is the short run of the README's test command: about a
 // minute of kill, pause (nodes and client processes), partition and
-// stale-leader faults under every workload, then the checkers. The long run is in
-// docs/chaos.md.
+// stale-leader faults under every workload (records included) with three
+// watches, then the checkers. The long run is in docs/chaos.md.
 func TestShortChaos(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a minute of faults; skipped with -short")
@@ -61,7 +61,7 @@ func TestShortChaos(t *testing.T) {
 	cfg := config{
 		Time: 40 * time.Second, TTL: 4 * time.Second, OpTimeout: 10 * time.Second, LinTimeout: time.Minute,
 		Nemeses:   []string{nKill, nPause, nPauseClient, nIsolateLeader, nSplit, nOneWay, nStaleLeader},
-		Workloads: allWorkloads, Clients: 14, ClientProcs: 2, Nodes: 3, Seed: seed, Out: out, Bin: bin, Log: &testLog{t: t},
+		Workloads: allWorkloads, Clients: 14, ClientProcs: 2, Watchers: 3, Nodes: 3, Seed: seed, Out: out, Bin: bin, Log: &testLog{t: t},
 	}
 	cfg.Recovery = cfg.settle() + 6*time.Second
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
