@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"image/png"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,7 +18,9 @@ import (
 	"golang.org/x/net/html"
 
 	"github.com/lockcluster/lockcluster"
+	"github.com/lockcluster/lockcluster/fsm"
 	"github.com/lockcluster/lockcluster/internal/node/nodetest"
+	"github.com/lockcluster/lockcluster/internal/testutil"
 	"github.com/lockcluster/lockcluster/internal/web"
 )
 
@@ -25,8 +28,14 @@ import (
 // (token returned) and beta waiting for it, and reports shared holders in
 // namespace reports too. It returns the node's HTTP address.
 func locked(t *testing.T) (addr string, token uint64) {
+	_, addr, token = lockedCluster(t)
+	return addr, token
+}
+
+// lockedCluster is locked, with the cluster.
+func lockedCluster(t *testing.T) (c *nodetest.Cluster, addr string, token uint64) {
 	t.Helper()
-	c := nodetest.Start(t, 1, nodetest.Options{Quiet: true})
+	c = nodetest.Start(t, 1, nodetest.Options{Quiet: true})
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	t.Cleanup(cancel)
 	dial := func(ns, label string) *lockcluster.Client {
@@ -52,7 +61,7 @@ func locked(t *testing.T) (addr string, token uint64) {
 	}
 	m := c.Nodes[0].Machine()
 	c.WaitFor(5*time.Second, "beta's pending request", func() bool { return len(m.Query("billing").Pending) == 1 })
-	return c.Nodes[0].HTTPAddr(), l.Token()
+	return c, c.Nodes[0].HTTPAddr(), l.Token()
 }
 
 // /api/state of a real node.
@@ -100,31 +109,6 @@ func chromium(t *testing.T) string {
 	}
 	t.Skip("no chromium (apt-get install chromium); CI runs this test")
 	return ""
-}
-
-// browse runs headless chromium on url with extra flags and returns its
-// standard output. The page's script gets a few seconds of virtual time.
-func browse(t *testing.T, bin, url string, flags ...string) []byte {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	args := append([]string{
-		"--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-		"--no-first-run", "--no-default-browser-check", "--disable-extensions",
-		"--disable-background-networking", "--disable-component-update", "--disable-sync",
-		"--hide-scrollbars", "--mute-audio", "--user-data-dir=" + t.TempDir(),
-		"--virtual-time-budget=4000",
-	}, flags...)
-	cmd := exec.CommandContext(ctx, bin, append(args, url)...)
-	defer killGroup(cmd)()
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	start := time.Now()
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("%s: %v after %s\n%s", bin, err, time.Since(start).Round(time.Millisecond), tail(stderr.String(), 3000))
-	}
-	t.Logf("chromium %s: %s", flags, time.Since(start).Round(time.Millisecond))
-	return stdout.Bytes()
 }
 
 func tail(s string, n int) string {
@@ -176,45 +160,58 @@ func attr(n *html.Node, key string) string {
 	return ""
 }
 
-// The status page in a real browser: its script has rendered the held lock
-// (holder and token) and the pending request, and a screenshot of it is a
-// real picture. LOCKCLUSTER_SCREENSHOT_DIR keeps the screenshot.
-func TestBrowser(t *testing.T) {
-	bin := chromium(t)
-	addr, token := locked(t)
-	url := "http://" + addr + "/"
-
-	dom := browse(t, bin, url, "--dump-dom")
-	doc, err := html.Parse(bytes.NewReader(dom))
+// cellsOf returns the rows of the page's <tr class=cls> rows.
+func cellsOf(t *testing.T, dom, cls string) [][]string {
+	t.Helper()
+	doc, err := html.Parse(strings.NewReader(dom))
 	if err != nil {
 		t.Fatal(err)
 	}
-	held, pending := rows(doc, "held"), rows(doc, "pending")
+	return rows(doc, cls)
+}
+
+// hasRow reports whether one of rows has 7 cells, the given ones (""
+// matches anything) and a last one not empty (an age).
+func hasRow(rows [][]string, cells ...string) bool {
+next:
+	for _, r := range rows {
+		if len(r) != 7 {
+			continue
+		}
+		for i, c := range cells {
+			if c != "" && r[i] != c {
+				continue next
+			}
+		}
+		return r[6] != ""
+	}
+	return false
+}
+
+// The status page in a real browser: its script has rendered the held lock
+// (holder and token) and the pending request, says it is live, and a
+// screenshot of it is a real picture. LOCKCLUSTER_SCREENSHOT_DIR keeps the
+// screenshot. Then a lock taken and released after the page loaded shows
+// in "Recent changes", newest first, and in the held table, by the event
+// stream: the page does not poll while it is live.
+func TestBrowser(t *testing.T) {
+	bin := chromium(t)
+	c, addr, token := lockedCluster(t)
+	b := startBrowser(t, bin)
+	p := b.open("http://"+addr+"/", 1280, 800)
+
 	// held: lock, mode, token, holder, client id, session / request, age
 	// pending: lock, mode, queue place, waiter, client id, session / request, age
-	want := func(rows [][]string, cells ...string) bool {
-	next:
-		for _, r := range rows {
-			if len(r) != 7 {
-				continue
-			}
-			for i, c := range cells {
-				if c != "" && r[i] != c {
-					continue next
-				}
-			}
-			return r[6] != ""
-		}
-		return false
-	}
 	tok := strconv.FormatUint(token, 10)
-	if !want(held, "invoices", "exclusive", tok, "alpha") || !want(pending, "invoices", "exclusive", "#1", "beta") ||
-		!want(held, "daily", "shared", "", "reader-1") || !want(held, "daily", "shared", "", "reader-2") {
-		t.Errorf("the page did not render the locks: held %q, pending %q\n%s", held, pending, dom)
-	}
-	if !bytes.Contains(dom, []byte(`id="leader">node0<`)) || !bytes.Contains(dom, []byte("updated ")) {
-		t.Errorf("the page did not render the node and its leader, or did not say it updated:\n%s", dom)
-	}
+	var dom string
+	testutil.Eventually(t, 20*time.Second, "the page to render the locks and go live", func() bool {
+		dom = p.dom()
+		held, pending := cellsOf(t, dom, "held"), cellsOf(t, dom, "pending")
+		return hasRow(held, "invoices", "exclusive", tok, "alpha") && hasRow(pending, "invoices", "exclusive", "#1", "beta") &&
+			hasRow(held, "daily", "shared", "", "reader-1") && hasRow(held, "daily", "shared", "", "reader-2") &&
+			strings.Contains(dom, `id="leader">node0<`) && strings.Contains(dom, "updated ") &&
+			strings.Contains(dom, `data-mode="live"`) && strings.Contains(dom, `id="mode" class="chip live"`)
+	})
 
 	dir := os.Getenv("LOCKCLUSTER_SCREENSHOT_DIR")
 	if dir == "" {
@@ -223,9 +220,8 @@ func TestBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	shot := filepath.Join(dir, "status-page.png")
-	browse(t, bin, url, "--window-size=1280,800", "--screenshot="+shot)
-	data, err := os.ReadFile(shot)
-	if err != nil {
+	data := p.screenshot()
+	if err := os.WriteFile(shot, data, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	img, err := png.Decode(bytes.NewReader(data))
@@ -248,4 +244,86 @@ func TestBrowser(t *testing.T) {
 		t.Errorf("screenshot %s has %d colours: blank?", shot, len(colours))
 	}
 	t.Logf("screenshot: %s (%d bytes, %d colours)", shot, len(data), len(colours))
+
+	// Live: a lock taken now shows in Recent changes and the held table,
+	// by a read of the state that its event asked for (the page counts
+	// them in data-event-reads).
+	reads, messages := b.stateReads.Load(), b.streamMessages.Load()
+	eventReads := func(dom string) int {
+		_, after, ok := strings.Cut(dom, `data-event-reads="`)
+		if !ok {
+			return 0
+		}
+		n, _ := strconv.Atoi(after[:strings.IndexByte(after, '"')])
+		return n
+	}
+	before := eventReads(dom)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	cl, err := lockcluster.Dial(ctx, c.Addrs(), lockcluster.WithNamespace("billing"), lockcluster.WithLabel("gamma <i>"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cl.Close(context.Background()) })
+	l, err := cl.Acquire(ctx, "ledger", lockcluster.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ltok := strconv.FormatUint(l.Token(), 10)
+	// change: time, namespace, change, names, holder, token
+	testutil.Eventually(t, 20*time.Second, "the grant of ledger in Recent changes and the held table", func() bool {
+		dom = p.dom()
+		ch := cellsOf(t, dom, "change")
+		return len(ch) > 0 && len(ch[0]) == 6 && ch[0][1] == "billing" && ch[0][2] == "granted" && ch[0][3] == "ledger" &&
+			ch[0][4] == "gamma <i>" && ch[0][5] == ltok && ch[0][0] != "" &&
+			hasRow(cellsOf(t, dom, "held"), "ledger", "exclusive", ltok, "gamma <i>") && eventReads(dom) > before
+	})
+	before = eventReads(dom)
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 20*time.Second, "the release of ledger above its grant, and ledger gone from the held table", func() bool {
+		dom = p.dom()
+		ch := cellsOf(t, dom, "change")
+		return len(ch) >= 2 && ch[0][2] == "released" && ch[0][3] == "ledger" && ch[0][5] == ltok &&
+			ch[1][2] == "granted" && ch[1][3] == "ledger" && !hasRow(cellsOf(t, dom, "held"), "ledger") && eventReads(dom) > before
+	})
+	if strings.Contains(dom, "<i>") {
+		t.Errorf("a label became HTML:\n%s", dom)
+	}
+	// The page never fell back to polling every second (it counts its polls
+	// in data-polls).
+	if strings.Contains(dom, "data-polls=") {
+		t.Errorf("the page polled while live:\n%s", dom)
+	}
+	t.Logf("while live: %d reads of api/state for %d events", b.stateReads.Load()-reads, b.streamMessages.Load()-messages)
+}
+
+// Without the event stream (a node without a history: /api/events is 404)
+// the page says so and polls /api/state every second, as it did before
+// the stream: a lock taken after it loaded still shows.
+func TestBrowserPollsWithoutTheStream(t *testing.T) {
+	bin := chromium(t)
+	m := fsm.New()
+	var index uint64
+	apply := func(cmd fsm.Command) fsm.Result {
+		index++
+		r := m.Apply(index, fsm.Entry{Time: time.Now().UnixNano(), Cmd: cmd}).Result
+		if r.Err != nil {
+			t.Fatal(r.Err)
+		}
+		return r
+	}
+	a := apply(&fsm.OpenSession{Namespace: "billing", Label: "alpha", TTL: int64(time.Minute), ClientID: "client-a"}).Session
+	srv := httptest.NewServer(web.Handler(web.Options{NodeID: "node0", Machine: m}))
+	t.Cleanup(srv.Close)
+	p := startBrowser(t, bin).open(srv.URL+"/", 1280, 800)
+	testutil.Eventually(t, 20*time.Second, "the page to load and poll", func() bool {
+		dom := p.dom()
+		return strings.Contains(dom, `data-mode="polling"`) && strings.Contains(dom, "data-polls=") && strings.Contains(dom, "1 sessions")
+	})
+	tok := strconv.FormatUint(apply(&fsm.Request{Session: a, Namespace: "billing", RequestID: 1, Names: []string{"invoices"}}).Token, 10)
+	testutil.Eventually(t, 20*time.Second, "the lock taken after the page loaded", func() bool {
+		return hasRow(cellsOf(t, p.dom(), "held"), "invoices", "exclusive", tok, "alpha")
+	})
 }

@@ -57,6 +57,8 @@ func TestHandler(t *testing.T) {
 	}{
 		{"GET", "/", 200, "text/html", `<script src="static/app.js"`},
 		{"GET", "/static/app.js", 200, "javascript", "api/state"},
+		{"GET", "/static/app.js", 200, "javascript", `new EventSource("api/events")`},
+		{"GET", "/api/events", 404, "", ""}, // no history: the page polls
 		{"GET", "/static/style.css", 200, "text/css", "table"},
 		{"GET", "/api/state", 200, "application/json", `"linearizable": false`},
 		{"GET", "/nope", 404, "", ""},

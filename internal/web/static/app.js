@@ -1,9 +1,19 @@
-// The status page: polls api/state every second and renders it. Every
-// value from the server goes into text nodes or attributes, never into
-// HTML: holders' labels and lock names come from clients.
+// The status page: renders api/state, and reads it again whenever the
+// event stream api/events says an entry this node applied changed
+// something (at most one read in flight, at most five a second); the
+// changes go to "Recent changes". Without the stream (no EventSource, or
+// the server refuses it) it polls api/state every second. Every value from
+// the server goes into text nodes or attributes, never into HTML: holders'
+// labels and lock names come from clients.
 "use strict";
 (function () {
   const POLL_MS = 1000;
+  const MIN_FETCH_MS = 200; // at most five reads of api/state a second
+  const RECENT_MAX = 50;
+  const RETRY_STREAM_MS = 30000; // after the server refused the stream
+  // While live, the members' health and the leader (which no entry
+  // changes) are read again this often; ages tick between reads.
+  const LIVE_REFRESH_MS = 5000;
   const $ = (id) => document.getElementById(id);
 
   // el builds an element: attrs set properties ("class" is className),
@@ -91,7 +101,7 @@
       el("td", null, el("span", { class: "chip " + l.mode }, l.mode)),
       el("td", { class: "mono num", title: "fencing token" }, String(l.token)),
       holder(l),
-      el("td", { class: "num", title: "since " + time(l.acquiredAt) }, age(l.ageSeconds))));
+      el("td", { class: "num", title: "since " + time(l.acquiredAt), "data-age": l.ageSeconds }, age(l.ageSeconds))));
     const pos = {};
     const pending = ns.pending.map((l) => {
       pos[l.name] = (pos[l.name] || 0) + 1;
@@ -100,7 +110,7 @@
         el("td", null, el("span", { class: "chip " + l.mode }, l.mode)),
         el("td", { class: "num", title: "place in the queue of this name" }, "#" + pos[l.name]),
         holder(l),
-        el("td", { class: "num", title: "since " + time(l.requestedAt) }, age(l.ageSeconds)));
+        el("td", { class: "num", title: "since " + time(l.requestedAt), "data-age": l.ageSeconds }, age(l.ageSeconds)));
     });
     const who = (role) => [[role], ["client id"], ["session / req", "num"]];
     return el("section", { class: "ns", "data-namespace": ns.name },
@@ -113,7 +123,18 @@
       ns.truncated ? el("p", { class: "muted" }, "Lists cut short: the counts above are complete.") : null);
   }
 
+  // Ages tick between reads of the state: each is its age at the last
+  // render plus the time since.
+  let renderedAt = Date.now();
+  function tickAges() {
+    const dt = (Date.now() - renderedAt) / 1000;
+    for (const td of document.querySelectorAll("td[data-age]")) {
+      td.textContent = age(parseFloat(td.dataset.age) + dt);
+    }
+  }
+
   function render(st) {
+    renderedAt = Date.now();
     renderNode(st);
     renderMembers(st.members || []);
     const nss = st.namespaces || [];
@@ -126,17 +147,139 @@
     s.className = error ? "status error" : "status";
   }
 
-  async function poll() {
+  // live: the event stream is open; the page reads api/state only when
+  // an event says something changed.
+  let live = false;
+
+  function mode() {
+    const m = $("mode");
+    m.textContent = live ? "live" : "polling every second";
+    m.className = live ? "chip live" : "chip polling";
+    document.body.dataset.mode = live ? "live" : "polling";
+  }
+
+  // data-event-reads counts the reads of the state an event asked for
+  // (the browser test: a change shows by the stream, not by a poll).
+  async function refresh(byEvent) {
     try {
       const r = await fetch("api/state", { cache: "no-store", credentials: "same-origin" });
       if (!r.ok) throw new Error("HTTP " + r.status);
       const st = await r.json();
       render(st);
+      if (byEvent) document.body.dataset.eventReads = String(Number(document.body.dataset.eventReads || 0) + 1);
       status("updated " + new Date().toLocaleTimeString(), false);
     } catch (e) {
       status("cannot read this node's state (" + e.message + "): retrying", true);
     }
-    setTimeout(poll, POLL_MS);
   }
-  poll();
+
+  // want asks for a read of api/state: coalesced, at most one in flight
+  // and one every MIN_FETCH_MS; a read asked for meanwhile follows.
+  let inFlight = false, wanted = false, lastFetch = 0, waitTimer = null, eventAsked = false;
+  function want(byEvent) {
+    wanted = true;
+    eventAsked = eventAsked || byEvent === true;
+    if (inFlight || waitTimer) return;
+    const wait = lastFetch + MIN_FETCH_MS - Date.now();
+    if (wait > 0) {
+      waitTimer = setTimeout(() => { waitTimer = null; want(); }, wait);
+      return;
+    }
+    wanted = false;
+    inFlight = true;
+    lastFetch = Date.now();
+    const asked = eventAsked;
+    eventAsked = false;
+    refresh(asked).finally(() => {
+      inFlight = false;
+      if (wanted) want();
+    });
+  }
+
+  let pollTimer = null;
+  function startPolling() {
+    if (pollTimer) return;
+    // data-polls counts these reads (the browser test: none while live).
+    const tick = () => {
+      document.body.dataset.polls = String(Number(document.body.dataset.polls || 0) + 1);
+      want();
+      pollTimer = setTimeout(tick, POLL_MS);
+    };
+    tick();
+  }
+  function stopPolling() {
+    clearTimeout(pollTimer);
+    pollTimer = null;
+  }
+
+  // Recent changes: the last RECENT_MAX changes, newest first.
+  function changeNames(c) {
+    if (c.record) return c.record.name + " (" + c.record.size + " bytes)";
+    if (!c.names.length) return c.session ? "session " + c.session : "";
+    const shown = c.names.slice(0, 5).join(", ");
+    return c.names.length > 5 ? shown + ", … (" + c.names.length + " names)" : shown;
+  }
+
+  function addRecent(ev) {
+    const body = $("recent-body");
+    for (const c of ev.changes || []) {
+      const kind = c.cause && c.cause !== "none" ? c.kind + " (" + c.cause + ")" : c.kind;
+      body.prepend(el("tr", { class: "change" },
+        el("td", { class: "mono", title: "index " + ev.index }, time(ev.time)),
+        el("td", { class: "mono" }, c.namespace),
+        el("td", null, el("span", { class: "chip " + c.kind, title: c.reason || null }, kind)),
+        el("td", { class: "lockname" }, changeNames(c)),
+        el("td", { title: c.client_id ? "client id " + c.client_id : null }, c.label || el("span", { class: "muted" }, c.client_id ? "(no label)" : "")),
+        el("td", { class: "mono num", title: "fencing token" }, c.token ? String(c.token) : "")));
+    }
+    while (body.rows.length > RECENT_MAX) body.deleteRow(-1);
+    $("recent-empty").hidden = body.rows.length > 0;
+    $("recent-table").hidden = body.rows.length === 0;
+  }
+
+  function connect() {
+    if (typeof EventSource !== "function") {
+      startPolling();
+      return;
+    }
+    let es;
+    try {
+      es = new EventSource("api/events");
+    } catch (e) {
+      startPolling();
+      return;
+    }
+    es.onopen = () => {
+      live = true;
+      mode();
+      stopPolling();
+      want(); // what changed while the stream was not open
+    };
+    es.onmessage = (m) => {
+      let ev;
+      try { ev = JSON.parse(m.data); } catch (e) { return; }
+      addRecent(ev);
+      want(true);
+    };
+    // The stream skipped changes (this page was away too long): read the
+    // whole state again.
+    es.addEventListener("reset", () => want(true));
+    es.onerror = () => {
+      live = false;
+      mode();
+      startPolling();
+      if (es.readyState === EventSource.CLOSED) {
+        // Refused (no history on this node, too many streams, …): poll,
+        // and try the stream again later. Otherwise the browser
+        // reconnects by itself, resuming after the last event.
+        setTimeout(connect, RETRY_STREAM_MS);
+      }
+    };
+  }
+
+  mode();
+  want();
+  connect();
+  setInterval(tickAges, 1000);
+  setInterval(() => { if (live) want(); }, LIVE_REFRESH_MS);
 })();
