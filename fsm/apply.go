@@ -52,6 +52,9 @@ func (a *applier) session(id uint64, ns string) (*session, *Error) {
 
 // request is spec §4.1 step 2 (with SPEC §7 scopes and §6 retries).
 func (a *applier) request(c *Request) Result {
+	if err := a.st.owns(c.Namespace); err != nil { // first (groups.go)
+		return Result{Err: err}
+	}
 	lim := &a.st.limits
 	if err := lim.checkRequest(c); err != nil {
 		return Result{Err: err}
@@ -81,7 +84,7 @@ func (a *applier) request(c *Request) Result {
 		return Result{Err: errorf(CodeLimit, "session %d has %d pending requests: the limit is %d", s.id, s.nPending, lim.MaxPendingPerSession)}
 	}
 	s.ack(c.AckBelow)
-	r := &request{index: a.index, id: c.RequestID, sess: s, names: c.Names, mode: c.Mode, signal: c.Signal, maxHolders: c.MaxHolders, requestedAt: a.time}
+	r := &request{index: a.logical, id: c.RequestID, sess: s, names: c.Names, mode: c.Mode, signal: c.Signal, maxHolders: c.MaxHolders, requestedAt: a.time}
 	a.own = r
 	switch {
 	case c.Steal: // step 2.4: steal, prepend, process: r is granted at once
@@ -114,6 +117,9 @@ func (a *applier) admit(r *request) {
 // release is spec §4.2 for the lock granted to a request. A repeated release
 // succeeds and changes nothing.
 func (a *applier) release(c *Release) Result {
+	if err := a.st.owns(c.Namespace); err != nil { // first (groups.go)
+		return Result{Err: err}
+	}
 	s, err := a.session(c.Session, c.Namespace)
 	if err != nil {
 		return Result{Err: err}
@@ -157,6 +163,9 @@ func (a *applier) releaseHeld(r *request) Result {
 // that arrives before its request leaves a record, so the request, should it
 // arrive later, is answered aborted and never queued.
 func (a *applier) abort(c *Abort) Result {
+	if err := a.st.owns(c.Namespace); err != nil { // first (groups.go)
+		return Result{Err: err}
+	}
 	lim := &a.st.limits
 	if err := lim.checkAbort(c); err != nil {
 		return Result{Err: err}

@@ -18,6 +18,9 @@ import (
 // delete, and with Release, release the lock as release does, in the same
 // entry.
 func (a *applier) setRecord(c *SetRecord) Result {
+	if err := a.st.owns(c.Namespace); err != nil { // first (groups.go)
+		return Result{Err: err}
+	}
 	lim := &a.st.limits
 	if err := lim.checkRecord(c); err != nil {
 		return Result{Err: err}
@@ -68,11 +71,11 @@ func (a *applier) setRecord(c *SetRecord) Result {
 			ns.recordBytes -= recordSize(old.Name, old.Value)
 			a.st.nRecords--
 			if a.keep {
-				a.recordChange(ChangeRecordDeleted, r, &Record{Name: c.Name, Token: c.Token, Time: a.time, Index: a.index})
+				a.recordChange(ChangeRecordDeleted, r, &Record{Name: c.Name, Token: c.Token, Time: a.time, Index: a.logical})
 			}
 		}
 	} else {
-		rec := &Record{Name: c.Name, Value: c.Value, Token: c.Token, Time: a.time, Index: a.index}
+		rec := &Record{Name: c.Name, Value: c.Value, Token: c.Token, Time: a.time, Index: a.logical}
 		ns.writeRecords()
 		if ns.records == nil {
 			ns.records = make(map[string]*Record)
@@ -153,31 +156,36 @@ func sortedRecords(recs map[string]*Record, keep func(string) bool) []Record {
 }
 
 // Record returns the record of name in namespace ns, and the applied
-// index it was read at; ok is false when the name has none.
+// (logical) index it was read at; ok is false when the name has none.
 func (m *Machine) Record(ns, name string) (rec Record, index uint64, ok bool) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
+	at := m.st.logical(m.st.lastIndex)
+	if m.st.owns(ns) != nil { // as for an empty namespace (Owns)
+		return Record{}, at, false
+	}
 	if n := m.st.namespaces[ns]; n != nil {
 		if r := n.records[name]; r != nil {
-			return *r, m.st.lastIndex, true
+			return *r, at, true
 		}
 	}
-	return Record{}, m.st.lastIndex, false
+	return Record{}, at, false
 }
 
 // QueryMatching is Query restricted to the names match accepts (a held or
 // pending line is kept when its name matches), with the records of every
-// matching name of the namespace sorted by name, all at one applied index:
-// a watch's snapshot. match nil accepts every name.
+// matching name of the namespace sorted by name, all at one applied
+// (logical) index: a watch's snapshot. match nil accepts every name.
 func (m *Machine) QueryMatching(ns string, match func(name string) bool) (q QueryResult, records []Record, index uint64) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
+	at := m.st.logical(m.st.lastIndex)
 	n := m.st.namespaces[ns]
-	if n == nil {
-		return QueryResult{}, nil, m.st.lastIndex
+	if n == nil || m.st.owns(ns) != nil { // as for an empty namespace (Owns)
+		return QueryResult{}, nil, at
 	}
 	q = query(n, match)
-	return q, sortedRecords(n.records, match), m.st.lastIndex
+	return q, sortedRecords(n.records, match), at
 }
 
 // queryRecords returns the records of the names q reports, sorted by name,

@@ -4,7 +4,8 @@
 // It imports only the standard library. Time, identity and ordering come in
 // through the log: each Entry carries the leader's clock reading, the Raft
 // index of the entry is the version of the state, the id of a session opened
-// by it, and the fencing token of every lock it grants. Apply never reads a
+// by it, and (plus the group's offset, 0 with one group) the fencing token
+// of every lock it grants. Apply never reads a
 // clock, never draws a random number and never lets Go's map order reach a
 // result, an event, a query or a snapshot, so every replica that applies the
 // same entries reaches the same state (Digest) and emits the same events.
@@ -44,6 +45,16 @@
 // Another (level.go) says which protocol level introduced each command
 // type and snapshot format, so that nothing is proposed that a member of
 // an older release in a rolling upgrade could not apply.
+//
+// A cluster may come to run several Raft groups (groups.go; DESIGN.md,
+// "Groups groundwork"): each Machine is one group's, serves only the
+// namespaces whose slot (Slot: CRC-32C mod 4,096) it owns, refusing the
+// others with CodeMoving or CodeMoved before anything else, and gives
+// tokens and indexes that are logical: the Raft index plus the group's
+// offset. Group 0, which New makes, owns every slot with offset 0, so
+// with one group tokens are the Raft index and everything is as before.
+// The entries that move slots between groups are reserved, not yet
+// applied.
 //
 // See DESIGN.md beside this file for the invariants and the mapping of
 // every function to a step of the spec.

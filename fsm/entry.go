@@ -16,6 +16,21 @@ const (
 	typeSetMember     EntryType = 8
 	typeClusterSecret EntryType = 9
 	typeSetRecord     EntryType = 10 // record.go
+
+	// Reserved for the groups (issue 27, groups.md §6.2, where they are
+	// numbered 9 to 15: 9 and 10 were taken since; DESIGN.md, "Groups
+	// groundwork"). Phase 2 applies them; until then this node does not
+	// decode them (newCmd), so an entry of one of these types stops it as
+	// any type unknown to it does, and none of them is ever
+	// ignore-if-unknown: an old node that skipped a Freeze would go on
+	// serving a frozen slot. Their protocol level will be LevelGroups.
+	typeSetGroup    EntryType = 11 // SetGroup{g}: records the group's id
+	typeFreeze      EntryType = 12 // Freeze{slots, epoch, to}: owned → frozen (source)
+	typeImportChunk EntryType = 13 // ImportChunk{slots, epoch, seq, bytes}: staged (target)
+	typeImport      EntryType = 14 // Import{slots, epoch, n, floorL, sha256}: offset raised, owned (target)
+	typeReject      EntryType = 15 // Reject{slots, epoch}: the staged chunks dropped (target, abort)
+	typeUnfreeze    EntryType = 16 // Unfreeze{slots, epoch}: frozen → owned (source, abort, after Reject)
+	typeDrop        EntryType = 17 // Drop{slots, epoch}: frozen → gone, objects removed (source)
 )
 
 var typeNames = map[EntryType]string{
@@ -25,8 +40,19 @@ var typeNames = map[EntryType]string{
 	typeClusterSecret: "SetClusterSecret", typeSetRecord: "SetRecord",
 }
 
+// reservedTypeNames names the types reserved above: known by name, not
+// applied (not in typeNames, which lists what this build decodes and
+// gives a protocol level).
+var reservedTypeNames = map[EntryType]string{
+	typeSetGroup: "SetGroup", typeFreeze: "Freeze", typeImportChunk: "ImportChunk",
+	typeImport: "Import", typeReject: "Reject", typeUnfreeze: "Unfreeze", typeDrop: "Drop",
+}
+
 func (t EntryType) String() string {
 	if n, ok := typeNames[t]; ok {
+		return n
+	}
+	if n, ok := reservedTypeNames[t]; ok {
 		return n
 	}
 	return "EntryType(" + itoa(uint64(t)) + ")"
@@ -50,7 +76,8 @@ type Entry struct {
 type Command interface{ Type() EntryType }
 
 // OpenSession opens a session (the spec's agent). Its id is the Raft index
-// of this entry.
+// of this entry, with the group's id in its top 16 bits (0 for group 0:
+// the Raft index; groups.go).
 type OpenSession struct {
 	Namespace string
 	Label     string // shown by query; the client's host name and pid by default

@@ -28,9 +28,18 @@ const (
 	// name exclusively with the token it gave; Error.Token is the name's
 	// current exclusive token (0: none).
 	CodeNotHolder
+	// CodeMoving: this group does not serve the namespace's slot now: it
+	// is moving out (frozen), or the group never owned it (absent);
+	// Error.Slot says which and where to (groups.go). Nothing changed;
+	// the same call may be retried, at this group or the slot's owner.
+	// Never given by group 0 before a move (groups.md I4).
+	CodeMoving
+	// CodeMoved: the namespace's slot moved to another group
+	// (Error.Slot); the call goes there.
+	CodeMoved
 )
 
-var codeNames = [...]string{"OK", "TypeError", "NotSupportedError", "InvalidStateError", "LimitExceeded", "SecurityError", "NotHolderError"}
+var codeNames = [...]string{"OK", "TypeError", "NotSupportedError", "InvalidStateError", "LimitExceeded", "SecurityError", "NotHolderError", "MovingError", "MovedError"}
 
 func (c Code) String() string {
 	if int(c) < len(codeNames) {
@@ -47,6 +56,20 @@ type Error struct {
 	// Token: with CodeNotHolder, the name's current exclusive token (0:
 	// nobody holds it exclusively).
 	Token uint64
+	// slot: with CodeMoving and CodeMoved, where the namespace's slot is
+	// (Slot). Unexported, so that an Error of the codes before reads as
+	// it did.
+	slot *SlotInfo
+}
+
+// Slot says, for a CodeMoving or CodeMoved refusal, which slot the
+// namespace is on and where it moves or moved to; ok is false for the
+// other codes.
+func (e *Error) Slot() (SlotInfo, bool) {
+	if e == nil || e.slot == nil {
+		return SlotInfo{}, false
+	}
+	return *e.slot, true
 }
 
 func (e *Error) Error() string { return e.Msg }
@@ -65,6 +88,8 @@ var (
 	errSessionClosed = &Error{Code: CodeSessionClosed, Msg: "session closed"}
 	errLimit         = &Error{Code: CodeLimit, Msg: "limit exceeded"}
 	errPermission    = &Error{Code: CodePermission, Msg: "permission denied"}
+	errMoving        = &Error{Code: CodeMoving, Msg: "moving"}
+	errMoved         = &Error{Code: CodeMoved, Msg: "moved"}
 )
 
 func errorf(code Code, format string, args ...any) *Error {

@@ -26,6 +26,18 @@ const (
 	// snapshot format that carries them (record.go).
 	LevelRecords = 3
 
+	// LevelGroups (issue 27, groups.md; DESIGN.md, "Groups groundwork")
+	// will add the group entries (SetGroup, Freeze, ImportChunk, Import,
+	// Reject, Unfreeze, Drop: types 11 to 17, reserved in entry.go) and
+	// snapshot format 5, which carries a group's id, token offset and
+	// slot table. This build reads and writes format 5 but applies none
+	// of those entries, and nothing in a server makes a state that needs
+	// format 5 (only NewGroup(g ≥ 1) or a non-zero offset does): so it is
+	// not this build's ProtocolLevel, which must not admit a Freeze that
+	// this build cannot apply. The release that applies them raises
+	// ProtocolLevel to it.
+	LevelGroups = 4
+
 	// ProtocolLevel is the level this build supports.
 	ProtocolLevel = LevelRecords
 	// PreviousLevel is the level of the release before this one: what a
@@ -60,6 +72,7 @@ var snapLevels = map[uint64]int{
 	2: LevelBase,
 	3: LevelClusterSecret,
 	4: LevelRecords,
+	5: LevelGroups, // read and written, not yet this build's level (LevelGroups)
 }
 
 // envelopeLevels: the level that introduced each entry envelope version
@@ -110,8 +123,13 @@ func SnapshotLevel(v uint32) int {
 // internal/server's TestGateHoldsTheSecretAndSnapshotFormat); only a state
 // that holds what a LevelRecords command made needs format 4, and
 // CommandLevel keeps those commands back until every member runs it.
-func snapFormat(hasSecret, hasRecords bool) uint64 {
+//
+// A state whose group state is not the default (group 0, every slot owned
+// at epoch 0, offset 0: groups.go) needs format 5, whatever else it holds.
+func snapFormat(hasSecret, hasRecords, hasGroups bool) uint64 {
 	switch {
+	case hasGroups:
+		return 5
 	case hasRecords:
 		return 4
 	case hasSecret:
@@ -126,14 +144,15 @@ func (st *state) usesRecords() bool {
 }
 
 // UsedLevel is the highest protocol level the applied state holds
-// anything of: LevelRecords once it holds a record, a semaphore request or
+// anything of: LevelGroups for a state of a group other than the default
+// (groups.go), LevelRecords once it holds a record, a semaphore request or
 // record limits of its own, LevelClusterSecret once it holds the cluster
 // secret, LevelBase before. A member below it is a downgrade, which is not
 // supported: it cannot read this state's snapshots.
 func (m *Machine) UsedLevel() int {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	return snapLevels[snapFormat(m.st.clusterSecret != "", m.st.usesRecords())]
+	return snapLevels[snapFormat(m.st.clusterSecret != "", m.st.usesRecords(), !m.st.defaultGroups())]
 }
 
 // CommandLevel is the protocol level a command needs: its type's

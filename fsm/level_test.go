@@ -57,11 +57,14 @@ func TestLevelTableIsDense(t *testing.T) {
 		}
 	}
 	for v := uint32(minSnapVersion); v <= snapVersion; v++ {
-		if SnapshotLevel(v) > ProtocolLevel {
+		// Format 5 is LevelGroups', which this build reads but is not yet
+		// its level (level.go, LevelGroups): nothing a server proposes
+		// makes a state that needs it.
+		if l := SnapshotLevel(v); l > ProtocolLevel && (v != 5 || l != LevelGroups) {
 			t.Errorf("snapshot format %d has no level", v)
 		}
 	}
-	if got := slices.Sorted(maps.Keys(snapLevels)); !slices.Equal(got, []uint64{1, 2, 3, 4}) || snapVersion != 4 {
+	if got := slices.Sorted(maps.Keys(snapLevels)); !slices.Equal(got, []uint64{1, 2, 3, 4, 5}) || snapVersion != 5 {
 		t.Errorf("snapshot formats %v with snapVersion %d: add the new one's level", got, snapVersion)
 	}
 }

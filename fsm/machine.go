@@ -21,13 +21,20 @@ type Machine struct {
 	snapChunk int // objects per chunk when set (by tests)
 	// keepChanges: Apply collects Applied.Changes (KeepChanges).
 	keepChanges bool
+	// group is the group this machine was built for (NewGroup): a
+	// snapshot of another group is refused by Restore.
+	group uint16
 }
 
-// New returns an empty lock manager with the default limits.
+// New returns an empty lock manager with the default limits: group 0,
+// which serves every namespace (NewGroup, groups.go).
 func New() *Machine { return &Machine{st: newState()} }
 
 // Apply applies one entry at a Raft index and returns its result and the
 // events it caused. A rejected entry changes nothing but the last index.
+// An index at or past MaxRawIndex is refused and changes nothing at all
+// (every replica refuses it alike; ApplyBytes reports it as an error, to
+// stop the replica).
 func (m *Machine) Apply(index uint64, e Entry) Applied {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -38,9 +45,13 @@ func (m *Machine) applyLocked(index uint64, e Entry) Applied {
 	if index <= m.st.lastIndex {
 		return Applied{Result: Result{Err: errorf(CodeInvalid, "entry index %d is not after the last applied index %d", index, m.st.lastIndex)}}
 	}
+	if err := checkRawIndex(index); err != nil {
+		return Applied{Result: Result{Err: err}}
+	}
 	m.st.lastIndex = index
 	a := &m.a
 	a.st, a.ns, a.index, a.time, a.out, a.own = m.st, nil, index, e.Time, nil, nil
+	a.logical = m.st.logical(index)
 	a.keep, a.changes, a.ownRecords = m.keepChanges, nil, nil
 	res := a.apply(e.Cmd)
 	out, changes := a.out, a.changes
@@ -52,9 +63,13 @@ func (m *Machine) applyLocked(index uint64, e Entry) Applied {
 }
 
 // ApplyBytes decodes an entry and applies it. An error means the entry
-// could not be decoded: the state is unchanged and the caller must stop the
-// replica before its state diverges from the others.
+// could not be decoded, or its index is at or past MaxRawIndex: the state
+// is unchanged and the caller must stop the replica before its state
+// diverges from the others.
 func (m *Machine) ApplyBytes(index uint64, data []byte) (Applied, error) {
+	if err := checkRawIndex(index); err != nil {
+		return Applied{}, err
+	}
 	e, err := DecodeEntry(data)
 	if err != nil {
 		return Applied{}, err
@@ -62,7 +77,8 @@ func (m *Machine) ApplyBytes(index uint64, data []byte) (Applied, error) {
 	return m.Apply(index, e), nil
 }
 
-// LastIndex is the index of the last entry applied (or restored).
+// LastIndex is the raw Raft index of the last entry applied (or
+// restored); LastLogical is the index a client sees.
 func (m *Machine) LastIndex() uint64 {
 	m.mu.RLock()
 	defer m.mu.RUnlock()

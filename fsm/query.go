@@ -6,12 +6,13 @@ import "sort"
 // queue in the order the queues were created, each in queue order (a scoped
 // request appears in each of its queues); held in grant order, a scoped lock
 // once per name. A namespace nobody uses answers empty, exactly like one
-// that does not exist.
+// that does not exist, and so does one whose slot this group does not
+// serve (Owns says why).
 func (m *Machine) Query(namespace string) QueryResult {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	ns := m.st.namespaces[namespace]
-	if ns == nil {
+	if ns == nil || m.st.owns(namespace) != nil {
 		return QueryResult{}
 	}
 	return query(ns, nil)
@@ -52,12 +53,17 @@ func info(r *request, name string) LockInfo {
 	return li
 }
 
-// Sessions lists the live sessions sorted by id: what a new leader re-arms.
+// Sessions lists the live sessions sorted by id: what a new leader
+// re-arms. The sessions of a slot this group does not serve (moving out)
+// are left out: their deadlines are not this group's (groups.md §8.2).
 func (m *Machine) Sessions() []SessionInfo {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	out := make([]SessionInfo, 0, len(m.st.sessions))
 	for _, s := range m.st.sessions {
+		if m.st.ownsSession(s) != nil {
+			continue
+		}
 		out = append(out, sessionInfo(s))
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
@@ -82,12 +88,13 @@ func sessionInfo(s *session) SessionInfo {
 // SessionRequests returns where every request a session still knows of
 // stands: live ones in creation order, then remembered finished ones by id.
 // With the session's eventSeq, it is what a client that lost its event
-// stream needs to resynchronise. ok is false when the session is not open.
+// stream needs to resynchronise. ok is false when the session is not open,
+// or its slot is not served here (OwnsSession tells these apart).
 func (m *Machine) SessionRequests(id uint64) (reqs []RequestState, eventSeq uint64, ok bool) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	s := m.st.sessions[id]
-	if s == nil {
+	if s == nil || m.st.ownsSession(s) != nil {
 		return nil, 0, false
 	}
 	for r := s.liveHead; r != nil; r = r.snext {

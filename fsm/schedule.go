@@ -4,16 +4,18 @@ package fsm
 // (release), §4.3 (abort) and §4.4 (process a queue), extended to scopes as
 // SPEC §7 says. All of it runs inside one entry, on one namespace.
 
-// applier carries one entry's context: its index (the fencing token of what
-// it grants), its leader time, the events it emits and the work list of
-// queues to process.
+// applier carries one entry's context: its raw Raft index and its logical
+// index (groups.go: the fencing token of what it grants, the index of a
+// request or record it makes), its leader time, the events it emits and
+// the work list of queues to process.
 type applier struct {
-	st    *state
-	ns    *namespace
-	index uint64
-	time  int64
-	out   []Event
-	work  []*resource
+	st      *state
+	ns      *namespace
+	index   uint64 // raw: a session's id
+	logical uint64 // index + the group's offset: tokens and indexes
+	time    int64
+	out     []Event
+	work    []*resource
 	// own is the request the entry carries, when the entry decides it at
 	// once: its event is marked Reply, and ownRecords are the records its
 	// grant carried (Result.Records).
@@ -156,14 +158,14 @@ func holdersOf(n uint32) string {
 }
 
 // grant adds r to the held lock set (spec §4.4 step 2.1.10) with this
-// entry's index as its fencing token, and tells its session.
+// entry's logical index as its fencing token, and tells its session.
 func (a *applier) grant(r *request) {
 	c := a.st.cow
 	c.request(r)
 	c.namespace(a.ns)
 	c.session(r.sess)
 	r.held = true
-	r.token = a.index
+	r.token = a.logical
 	r.acquiredAt = a.time
 	a.ns.pushHeld(r)
 	for i := range r.waiters {

@@ -80,6 +80,8 @@ const secretRefused = "the session secret was refused (wrong or missing secret, 
 //   - nil: the session is open there and the secret is its own (a session
 //     from before secrets accepts any);
 //   - CodeSessionClosed: the session ended, and the secret is its own;
+//   - CodeMoving or CodeMoved: this group does not serve ns (groups.go),
+//     whatever the session and the secret;
 //   - CodePermission (secretRefused): anything else, including a session
 //     this node has not heard of — the caller must make sure the state is
 //     new enough for that to be final (a read barrier on the leader).
@@ -88,6 +90,10 @@ const secretRefused = "the session secret was refused (wrong or missing secret, 
 func (m *Machine) CheckSession(id uint64, ns string, secret []byte) *Error {
 	given := sha256.Sum256(secret)
 	m.mu.RLock()
+	if err := m.st.owns(ns); err != nil { // first: "moving", never "closed" (groups.go)
+		m.mu.RUnlock()
+		return err
+	}
 	s := m.st.sessions[id]
 	var want string
 	var open, ended bool
@@ -132,7 +138,7 @@ func (m *Machine) SessionKnown(id uint64) bool {
 func (m *Machine) SessionsIn(ns string) int64 {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	if n := m.st.namespaces[ns]; n != nil {
+	if n := m.st.namespaces[ns]; n != nil && m.st.owns(ns) == nil {
 		return n.sessions
 	}
 	return 0
@@ -152,6 +158,11 @@ func (m *Machine) SessionsIn(ns string) int64 {
 func (m *Machine) Precheck(cmd Command) *Error {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
+	if _, ns, ok := namespaceOf(cmd); ok {
+		if err := m.st.owns(ns); err != nil { // first, as in Apply (groups.go)
+			return err
+		}
+	}
 	lim := &m.st.limits
 	switch c := cmd.(type) {
 	case *OpenSession:
@@ -233,7 +244,7 @@ func (m *Machine) Outcome(session uint64, ns string, id uint64) (Result, bool) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	s := m.st.sessions[session]
-	if s == nil || s.ns.name != ns {
+	if s == nil || s.ns.name != ns || m.st.owns(ns) != nil { // Apply refuses it
 		return Result{}, false
 	}
 	a := applier{st: m.st, ns: s.ns}

@@ -6,6 +6,9 @@ import "time"
 // expires; here an ExpireSession or CloseSession entry runs spec §2.6.
 
 func (a *applier) openSession(c *OpenSession) Result {
+	if err := a.st.owns(c.Namespace); err != nil { // first (groups.go)
+		return Result{Err: err}
+	}
 	lim := &a.st.limits
 	if err := lim.checkOpen(c); err != nil {
 		return Result{Err: err}
@@ -19,9 +22,9 @@ func (a *applier) openSession(c *OpenSession) Result {
 		a.st.namespaces[c.Namespace] = ns
 	}
 	ns.sessions++
-	s := &session{id: a.index, ns: ns, clientID: c.ClientID, label: c.Label, ttl: c.TTL, openedAt: a.time, secret: c.SecretHash}
+	s := &session{id: sessionID(a.st.group, a.index), ns: ns, clientID: c.ClientID, label: c.Label, ttl: c.TTL, openedAt: a.time, secret: c.SecretHash}
 	if s.clientID == "" {
-		s.clientID = itoa(a.index)
+		s.clientID = itoa(s.id)
 	}
 	a.st.sessions[s.id] = s
 	a.st.linkSession(s)
@@ -31,6 +34,9 @@ func (a *applier) openSession(c *OpenSession) Result {
 // closeSession ends a session at its client's request. Closing a session
 // that is already gone succeeds and changes nothing.
 func (a *applier) closeSession(c *CloseSession) Result {
+	if err := a.st.owns(c.Namespace); err != nil { // first (groups.go)
+		return Result{Err: err}
+	}
 	s, err := a.session(c.Session, c.Namespace)
 	if err != nil {
 		if err.Code == CodeSessionClosed {
@@ -46,6 +52,9 @@ func (a *applier) expireSession(c *ExpireSession) Result {
 	s := a.st.sessions[c.Session]
 	if s == nil {
 		return Result{Status: StatusClosed, Session: c.Session, Duplicate: true}
+	}
+	if err := a.st.ownsSession(s); err != nil { // through its namespace (groups.go)
+		return Result{Err: err}
 	}
 	a.ns = s.ns
 	a.end(s, CauseSessionExpired)

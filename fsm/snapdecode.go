@@ -183,7 +183,9 @@ func decodeRecords(d *decoder, st *state, ns *namespace) error {
 		if d.err != nil {
 			break
 		}
-		if rec.Token == 0 || rec.Token > rec.Index || rec.Index > st.lastIndex {
+		// rec.Index ≤ L(last index) is checkScheduling's: the offset
+		// comes after the records (format 5).
+		if rec.Token == 0 || rec.Token > rec.Index {
 			return fmt.Errorf("fsm: snapshot record of %s in namespace %s has token %d and index %d (last index %d)", quote(rec.Name), quote(ns.name), rec.Token, rec.Index, st.lastIndex)
 		}
 		if j > 0 && d.err == nil {
@@ -256,26 +258,51 @@ func checkRestored(st *state) error {
 // conflicting holders, no grantable queue head, no token or id from the
 // future. A snapshot that breaks them would make this replica diverge. It
 // walks the held set and the queues, not the (larger) maps.
+//
+// The bounds are groups.md §6.6's: tokens and the indexes of requests and
+// records are logical, at most L(last index) = last index + offset; a
+// session id of the group's own prefix has its raw part at most the last
+// index; one of another group's prefix (imported) cannot be bounded here,
+// except in a state of the default group state (no format 5), where no
+// session was imported and the whole id is bounded as before; a
+// request's index is at least its session id's raw part (L ≥ raw in the
+// opening group, and L only grows across moves). With group 0 and offset
+// 0 these accept exactly what they accepted before the groups.
 func checkScheduling(st *state) error {
+	last := st.logical(st.lastIndex)
+	foreignOK := !st.defaultGroups()
 	for _, s := range st.sessions {
-		if s.id > st.lastIndex {
+		raw := s.id & rawMask
+		switch {
+		case sessionGroup(s.id) == st.group:
+			if raw > st.lastIndex {
+				return fmt.Errorf("fsm: snapshot session %d is newer than its last index %d", s.id, st.lastIndex)
+			}
+		case !foreignOK && s.id > st.lastIndex:
 			return fmt.Errorf("fsm: snapshot session %d is newer than its last index %d", s.id, st.lastIndex)
+		case !foreignOK:
+			raw = s.id // group 0's check, as before
 		}
 		for r := s.liveHead; r != nil; r = r.snext {
-			if r.index > st.lastIndex || r.index < s.id {
-				return fmt.Errorf("fsm: snapshot request %d of session %d has index %d outside [%d, %d]", r.id, s.id, r.index, s.id, st.lastIndex)
+			if r.index > last || r.index < raw {
+				return fmt.Errorf("fsm: snapshot request %d of session %d has index %d outside [%d, %d]", r.id, s.id, r.index, raw, last)
 			}
 		}
 	}
 	for _, ns := range st.namespaces {
+		for _, rec := range ns.records {
+			if rec.Index > last {
+				return fmt.Errorf("fsm: snapshot record of %s in namespace %s has token %d and index %d (last index %d)", quote(rec.Name), quote(ns.name), rec.Token, rec.Index, last)
+			}
+		}
 		for _, res := range ns.resources {
 			if err := checkSemaphore(ns, res); err != nil {
 				return err
 			}
 		}
 		for r := ns.heldHead; r != nil; r = r.hnext {
-			if r.index > st.lastIndex || r.token > st.lastIndex || r.token == 0 {
-				return fmt.Errorf("fsm: snapshot request %d of session %d has index %d, token %d past last index %d", r.id, r.sess.id, r.index, r.token, st.lastIndex)
+			if r.index > last || r.token > last || r.token == 0 {
+				return fmt.Errorf("fsm: snapshot request %d of session %d has index %d, token %d past last index %d", r.id, r.sess.id, r.index, r.token, last)
 			}
 			for i := range r.waiters {
 				res := r.waiters[i].res
@@ -288,7 +315,7 @@ func checkScheduling(st *state) error {
 			}
 		}
 		for res := ns.queueHead; res != nil; res = res.qnext {
-			if r := res.qhead.req; r.index > st.lastIndex || grantable(r) {
+			if r := res.qhead.req; r.index > last || grantable(r) {
 				return fmt.Errorf("fsm: snapshot queue of %s in namespace %s has a grantable or future head", quote(res.name), quote(ns.name))
 			}
 		}

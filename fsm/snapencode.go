@@ -22,8 +22,9 @@ type Snap struct {
 	head      *session // the oldest session
 	spaces    []nsAt   // sorted by name in Encode
 	closed    []tombstone
-	secret    string // the cluster secret ("": none, or left out)
-	records   bool   // the state holds something of LevelRecords (format 4)
+	secret    string    // the cluster secret ("": none, or left out)
+	records   bool      // the state holds something of LevelRecords (format 4)
+	groups    *groupsAt // a group state other than the default (format 5; groups.go)
 }
 
 type nsAt struct {
@@ -55,6 +56,9 @@ func (m *Machine) begin() *Snap {
 	sn := &Snap{m: m, st: st, lastIndex: st.lastIndex, limits: st.limits,
 		requests: len(st.requests), sessions: len(st.sessions), head: st.sessHead, secret: st.clusterSecret,
 		records: st.usesRecords()}
+	if !st.defaultGroups() {
+		sn.groups = &groupsAt{group: st.group, offset: st.offset, slots: st.slots}
+	}
 	sn.members = make([]Member, 0, len(st.members))
 	for _, mb := range st.members {
 		sn.members = append(sn.members, mb)
@@ -106,7 +110,7 @@ func (sn *Snap) Encode() ([]byte, error) {
 	sort.Slice(sn.spaces, func(i, j int) bool { return sn.spaces[i].name < sn.spaces[j].name })
 	en := encoder{b: make([]byte, 0, 64+sn.requests*64+sn.sessions*48)}
 	en.b = append(en.b, snapMagic...)
-	version := snapFormat(sn.secret != "", sn.records) // the oldest that carries the state (snapshot.go, level.go)
+	version := snapFormat(sn.secret != "", sn.records, sn.groups != nil) // the oldest that carries the state (snapshot.go, level.go)
 	en.uvarint(version)
 	en.uvarint(sn.lastIndex)
 	encodeLimits(&en, &sn.limits)
@@ -127,6 +131,9 @@ func (sn *Snap) Encode() ([]byte, error) {
 	}
 	if version >= 3 {
 		en.str(sn.secret) // "" in format 4 without the secret
+	}
+	if version >= 5 {
+		encodeGroups(&en, sn.groups)
 	}
 	return binary.LittleEndian.AppendUint32(en.b, crc32.Checksum(en.b, crcTable)), nil
 }

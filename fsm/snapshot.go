@@ -10,7 +10,7 @@ import (
 	"io"
 )
 
-// The snapshot format, version 4 (every count and number a varint):
+// The snapshot format, version 5 (every count and number a varint):
 //
 //	"LCKSNAP\x00" version
 //	last index, limits, member directory by id, number of live requests
@@ -25,10 +25,13 @@ import (
 //	    no session is listed too
 //	ended sessions' tombstones, oldest first: id namespace secret-hash
 //	the cluster secret (clustersecret.go)
+//	version 5: group, token offset, the slot table as runs (length kind
+//	    to epoch) summing to 4096 (groups.go)
 //	CRC-32C of all of the above, 4 bytes little endian
 //
 // The oldest version that carries the state is written (level.go,
-// snapFormat): version 4 only for a state that holds records, a semaphore
+// snapFormat): version 5 only for a state whose group state is not the
+// default (group 0, every slot owned at epoch 0, offset 0); version 4 only for a state that holds records, a semaphore
 // request or record limits other than the defaults (its cluster secret may
 // be empty: a backup leaves it out); otherwise version 3, which has no
 // max-holders, no records and only the default record limits (the limits
@@ -43,7 +46,7 @@ import (
 var snapMagic = []byte("LCKSNAP\x00")
 
 const (
-	snapVersion    = 4
+	snapVersion    = 5
 	minSnapVersion = 1
 )
 
@@ -96,6 +99,9 @@ func (m *Machine) Restore(r io.Reader) error {
 	st, err := decodeState(b)
 	if err != nil {
 		return err
+	}
+	if st.group != m.group {
+		return fmt.Errorf("fsm: the snapshot is of group %d, this machine applies group %d's log", st.group, m.group)
 	}
 	m.mu.Lock()
 	m.st = st
@@ -151,11 +157,20 @@ func decodeState(b []byte) (*state, error) {
 			return nil, fmt.Errorf("fsm: snapshot has a malformed cluster secret (%d bytes)", n)
 		}
 	}
+	if d.version >= 5 {
+		if err := decodeGroups(d, st); err != nil {
+			return nil, err
+		}
+		st.findOwnLast()
+	}
 	if d.err == nil && len(d.b) != 0 {
 		d.fail(fmt.Errorf("%d trailing bytes", len(d.b)))
 	}
 	if d.err != nil {
 		return nil, fmt.Errorf("fsm: cannot decode snapshot: %w", d.err)
+	}
+	if err := checkGroups(st); err != nil {
+		return nil, err
 	}
 	return st, checkRestored(st)
 }

@@ -28,12 +28,25 @@ type state struct {
 	// release before reads (snapFormat).
 	nRecords    int
 	nSemaphores int
+	// The groups groundwork (groups.go): the group whose log this is, its
+	// token offset (logical index = raw index + offset) and which slots it
+	// serves; ownsAll caches "every slot owned", which keeps the
+	// ownership check one load for group 0. ownLast is the last session
+	// in id order whose id has the group's own prefix: where a local open
+	// goes (linkSession).
+	group   uint16
+	offset  uint64
+	ownsAll bool
+	slots   [Slots]slotState
+	ownLast *session
 }
 
 type reqKey struct{ session, id uint64 }
 
+// newState is the state of group 0: every slot owned at epoch 0
+// (newGroupState makes the others).
 func newState() *state {
-	return &state{
+	st := &state{
 		limits:     DefaultLimits(),
 		members:    make(map[string]Member),
 		namespaces: make(map[string]*namespace),
@@ -41,6 +54,8 @@ func newState() *state {
 		requests:   make(map[reqKey]*request),
 		cow:        &cow{},
 	}
+	st.ownAllSlots()
+	return st
 }
 
 // newNamespace makes an empty namespace of st.
@@ -48,19 +63,53 @@ func (st *state) newNamespace(name string) *namespace {
 	return &namespace{name: name, resources: make(map[string]*resource), cow: st.cow}
 }
 
-// linkSession appends s, whose id is above every other, to the id order.
+// linkSession inserts s into the id order (groups.md §6.5). A session
+// this group opens has the largest id of its own prefix, so it goes right
+// after ownLast, before the sessions of higher groups' prefixes: O(1).
+// With one group that is the tail, as it always was. Another id (a
+// session of another group's prefix, or the first own one) is placed by a
+// walk back from there past the larger ids: O(1) too for ids that come in
+// ascending order (a restore, a merge of an import).
 func (st *state) linkSession(s *session) {
-	st.cow.session(st.sessTail)
-	s.older, s.newer = st.sessTail, nil
-	if st.sessTail != nil {
-		st.sessTail.newer = s
+	own := sessionGroup(s.id) == st.group
+	after := st.sessTail
+	if own && st.ownLast != nil {
+		after = st.ownLast
+	}
+	for after != nil && after.id > s.id {
+		after = after.older
+	}
+	var before *session // s goes between after and before
+	if after != nil {
+		before = after.newer
+	} else {
+		before = st.sessHead
+	}
+	st.cow.session(after)
+	st.cow.session(before)
+	s.older, s.newer = after, before
+	if after != nil {
+		after.newer = s
 	} else {
 		st.sessHead = s
 	}
-	st.sessTail = s
+	if before != nil {
+		before.older = s
+	} else {
+		st.sessTail = s
+	}
+	if own && (st.ownLast == nil || s.id > st.ownLast.id) {
+		st.ownLast = s
+	}
 }
 
 func (st *state) unlinkSession(s *session) {
+	if s == st.ownLast {
+		st.ownLast = nil
+		if o := s.older; o != nil && sessionGroup(o.id) == st.group {
+			st.ownLast = o
+		}
+	}
 	st.cow.session(s)
 	st.cow.session(s.older)
 	st.cow.session(s.newer)
@@ -125,7 +174,7 @@ type waiter struct {
 
 // request is a lock request, pending or held (then it is the spec's lock).
 type request struct {
-	index       uint64 // Raft index of its Request entry: unique
+	index       uint64 // logical index of its Request entry (groups.go): unique
 	id          uint64 // client's request id, unique within the session
 	sess        *session
 	names       []string
