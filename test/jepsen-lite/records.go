@@ -21,10 +21,10 @@ import (
 //     record the grant carried (Rec; Rec.None when there was none);
 //   - rec-set / rec-delete: invoke (Rec.Value, the grant's Token), then ok
 //     with the record as the cluster wrote it, fail with Result
-//     "not-holder" (refused: the lock was lost; nothing changed) or
-//     "not-supported" (refused by the leader's protocol level gate before
-//     it was proposed), or info (any other error: it may have been
-//     applied, or may still be);
+//     "not-holder" (refused: the lock was lost; nothing changed), or info
+//     (any other error: it may have been applied, or may still be; a
+//     refusal of the leader's protocol level gate too, as it may answer a
+//     retry of an attempt that was applied);
 //   - release: its invoke carries Rec when it writes a record too; its ok
 //     the record written, fail "not-holder" when the release with record
 //     was refused (the lock had been lost), info unknown;
@@ -171,11 +171,6 @@ func (w *worker) writeRecord(l *lockcluster.Lock, h, name string, k int, del boo
 		w.add(Op{Type: "fail", F: f, Hold: h, Names: names, Token: tok, Result: notHolder, Error: err.Error()})
 		// The cluster says the lock is gone: the holder knows it now.
 		w.add(Op{Type: "event", F: "lost", Hold: h, Names: names, Token: tok, Result: notHolder, Value: err.Error()})
-		return false
-	case errors.Is(err, lockcluster.ErrNotSupported):
-		// Refused before it was proposed (the leader's protocol level
-		// gate): nothing changed.
-		w.add(Op{Type: "fail", F: f, Hold: h, Names: names, Token: tok, Result: "not-supported", Error: err.Error()})
 		return false
 	default:
 		w.add(Op{Type: "info", F: f, Hold: h, Names: names, Token: tok, Error: err.Error()})

@@ -213,7 +213,7 @@ func (ws *watchers) stop(ctx context.Context, bound time.Duration) {
 	marker := ws.rn.watchMarker(ctx)
 	deadline := time.Now().Add(bound)
 	for _, r := range ws.all {
-		for marker > 0 && r.w.LastIndex() < marker && time.Now().Before(deadline) {
+		for marker > 0 && r.w.LastIndex() < marker && time.Now().Before(deadline) && ctx.Err() == nil {
 			sleepCtx(ctx, 100*time.Millisecond)
 		}
 	}
