@@ -29,7 +29,7 @@ import (
 //
 // records-fencing: every record seen (a write's answer, a read, a grant's)
 //   - has a value that a writer of the history wrote, under a grant whose
-//     token is the record's token;
+//     token is the record's token, in a write that was not refused;
 //   - was written at an index after that token, with no grant of the name
 //     in between: the writer still held the name when the write was
 //     applied (tokens are Raft indexes);
@@ -419,6 +419,7 @@ func checkRecordsFencingOps(hs *history, ops []*recOp) checkResult {
 			}
 		}
 		seen := map[uint64]*recOp{}
+		refusedSeen := map[*recOp]bool{}
 		var sets []*recOp
 		for _, o := range ops {
 			if o.name != name {
@@ -472,6 +473,10 @@ func checkRecordsFencingOps(hs *history, ops []*recOp) checkResult {
 				continue
 			case w.hold.token != rec.Token:
 				r.fail("%s: %s at %s saw the record %q with token %d, but %s wrote it under token %d", name, o, hs.at(o.complete), rec.Value, rec.Token, w.hold.id, w.hold.token)
+			case w.outcome == "fail" && !refusedSeen[w]:
+				refusedSeen[w] = true
+				r.fail("%s: %s at %s saw the record %q (index %d), but %s was refused at %s (%s): a refused write must change nothing",
+					name, o, hs.at(o.complete), rec.Value, rec.Index, w, hs.at(w.complete), w.result)
 			}
 			if rec.Index <= rec.Token {
 				r.fail("%s: the record %q (token %d) was written at index %d, not after its grant", name, rec.Value, rec.Token, rec.Index)

@@ -185,3 +185,15 @@ func TestRecordsGrantAgainstTheLog(t *testing.T) {
 	b.recReleaseWith(2, "2/1", "rec-0", 30, 35, "b", 8, 9)
 	wantInvalid(t, withLog(b), cRecFence, `the grant of 2/1 (token 8) at 0.025s carried no record, but the log shows the record "a" (token 5, index 6) at index 8`)
 }
+
+// A record whose write was refused with ErrNotHolder must never be seen.
+func TestRecordsRefusedWriteSeen(t *testing.T) {
+	b := new(hb).recGrant(1, "1/1", "rec-0", 0, 10, 5, nil)
+	b.recSet(1, "1/1", "rec-0", 11, 15, "refused", 5, "fail", 0)
+	b.add(15, Op{Process: 1, Type: "event", F: "lost", Hold: "1/1", Names: []string{"rec-0"}, Result: notHolder})
+	b.recRelease(1, "1/1", "rec-0", 16, 17)
+	b.recRead(3, "rec-0", 30, 35, rec("rec-0", "refused", 5, 7))
+	ops := b.end(100)
+	wantInvalid(t, ops, cRecFence, `saw the record "refused" (index 7), but the write "refused" of 1/1 was refused at 0.015s (not-holder)`)
+	wantInvalid(t, ops, cRecLin, "not linearizable")
+}
