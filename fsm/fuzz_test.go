@@ -64,7 +64,7 @@ func checkState(st *state) error {
 		}
 		var bytes int64
 		for n, rec := range ns.records {
-			if rec == nil || rec.Name != n || rec.Token == 0 || rec.Token > rec.Index || rec.Index > st.lastIndex {
+			if rec == nil || rec.Name != n || rec.Token == 0 || rec.Token > rec.Index || rec.Index > st.logical(st.lastIndex) { // logical (groups.go)
 				return fmt.Errorf("namespace %q: record %q is malformed: %+v", name, n, rec)
 			}
 			bytes += int64(len(n) + len(rec.Value))
@@ -140,7 +140,7 @@ func checkNamespace(st *state, ns *namespace, live map[*request]bool) error {
 		if !live[r] || !r.held || r.sess.ns != ns {
 			return fmt.Errorf("held list has request %d of session %d wrongly", r.id, r.sess.id)
 		}
-		if r.token < last || r.token == 0 || r.token > st.lastIndex {
+		if r.token < last || r.token == 0 || r.token > st.logical(st.lastIndex) { // logical (groups.go)
 			return fmt.Errorf("held list out of grant order: token %d after %d (last index %d)", r.token, last, st.lastIndex)
 		}
 		last = r.token
