@@ -281,7 +281,15 @@ func (m *model) request(c *Request) Result {
 	}
 	if r := s.liveReq(c.RequestID); r != nil {
 		if r.held {
-			return Result{Status: StatusGranted, Token: r.token, AcquiredAt: r.at, Duplicate: true}
+			// The records its names carry now: the grant's, unless the
+			// holder wrote since (fsm/retry.go heldRecords).
+			var recs []Record
+			for _, n := range r.names {
+				if rec, ok := m.ns[s.ns].records[n]; ok {
+					recs = append(recs, rec)
+				}
+			}
+			return Result{Status: StatusGranted, Token: r.token, AcquiredAt: r.at, Records: recs, Duplicate: true}
 		}
 		return Result{Status: StatusQueued, Duplicate: true}
 	}

@@ -71,7 +71,7 @@ func (s *session) ack(ackBelow uint64) {
 func (a *applier) duplicate(s *session, id uint64) (Result, bool) {
 	if r := a.st.requests[reqKey{s.id, id}]; r != nil {
 		if r.held {
-			return Result{Status: StatusGranted, Token: r.token, AcquiredAt: r.acquiredAt, Duplicate: true}, true
+			return Result{Status: StatusGranted, Token: r.token, AcquiredAt: r.acquiredAt, Records: heldRecords(r), Duplicate: true}, true
 		}
 		return Result{Status: StatusQueued, Duplicate: true}, true
 	}
@@ -79,4 +79,27 @@ func (a *applier) duplicate(s *session, id uint64) (Result, bool) {
 		return Result{Status: o.status, Token: o.token, Cause: o.cause, Reason: o.reason, Duplicate: true}, true
 	}
 	return Result{}, false
+}
+
+// heldRecords are the records of a held request's names, for a retry of
+// the request answered by duplicate: a client whose first answer was lost
+// learns its grant from the retry, and must see the records its grant
+// carried (SPEC §12), as the first answer had them. While r holds its
+// names they are the same: only a name's exclusive holder writes its
+// record, and that is r (or, while r holds shared, nobody) — unless r's
+// own client has written since, having learned the grant from its
+// session stream; then the answer has its own write, which is what the
+// name carries now.
+func heldRecords(r *request) []Record {
+	ns := r.sess.ns
+	if len(ns.records) == 0 {
+		return nil
+	}
+	var recs []Record
+	for _, n := range r.names {
+		if rec := ns.records[n]; rec != nil {
+			recs = append(recs, *rec)
+		}
+	}
+	return recs
 }
