@@ -126,8 +126,7 @@ func (s *Server) clusterLevel() clusterLevelView {
 		return v
 	}
 	v = clusterLevelView{level: s.ownLevel(), lowest: s.cfg.Self.ID, why: "is this node, the leader, at level " + strconv.Itoa(s.ownLevel()), known: true, leads: true}
-	floor, floorWhy := s.levelFloor()
-	probedOnce := s.levels.rounds.Load() > 0
+	floor, floorWhy := s.levelFloor(s.levels.rounds.Load() > 0)
 	s.probes.mu.Lock()
 	defer s.probes.mu.Unlock()
 	for _, m := range conf {
@@ -135,9 +134,6 @@ func (s *Server) clusterLevel() clusterLevelView {
 			continue
 		}
 		level, why := floor, "has not answered this leader's probes yet"+floorWhy
-		if !probedOnce {
-			level, why = fsm.PreviousLevel, "has not answered this leader's probes yet (the first round is under way)"
-		}
 		if seen := s.probes.seen[m.ID]; seen.level > 0 {
 			level, why = seen.level, "runs level "+strconv.Itoa(seen.level)
 			if seen.version != "" {
@@ -159,16 +155,26 @@ func (s *Server) clusterLevel() clusterLevelView {
 // (Config.BootstrapLevel): a cluster created by a release holds no member
 // older than that release, unless an operator added one, which the
 // leader warns of (levelProbed), and which is heard at its own level if
-// it answers the first probe round. Without the bootstrap level, a new
-// cluster with a member that never started would wait for it forever
-// before drawing the cluster secret, and Touch would stay open to anyone
-// (member.go). Never above this node's own level.
-func (s *Server) levelFloor() (int, string) {
+// it answers the first probe round: the bootstrap level counts only once
+// this term's first round is over (probedOnce). The level the state uses
+// counts at once: a member below it could not have applied the entries
+// that made the state, so none exists; a new leader of a cluster that
+// writes records does not refuse them while a member is down (before, it
+// did until its first probe round ended: docs/chaos.md, finding 8).
+// Without the bootstrap level, a new cluster with a member that never
+// started would wait for it forever before drawing the cluster secret,
+// and Touch would stay open to anyone (member.go). Never above this
+// node's own level.
+func (s *Server) levelFloor(probedOnce bool) (int, string) {
 	floor, why := fsm.PreviousLevel, ""
 	if used := s.m.UsedLevel(); used > floor {
 		floor, why = used, ", counted at level "+strconv.Itoa(used)+": the cluster's state already uses it"
 	}
-	if b := s.cfg.BootstrapLevel; b > floor {
+	if !probedOnce {
+		if floor == fsm.PreviousLevel {
+			why = " (the first round is under way)"
+		}
+	} else if b := s.cfg.BootstrapLevel; b > floor {
 		floor, why = b, ", counted at level "+strconv.Itoa(b)+": the release that bootstrapped this cluster runs it"
 	}
 	if own := s.ownLevel(); floor > own {

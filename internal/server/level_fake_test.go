@@ -215,21 +215,35 @@ func TestLevelFloor(t *testing.T) {
 	if ap := withSecret.Apply(1, fsm.Entry{Cmd: &fsm.SetClusterSecret{Secret: strings.Repeat("s", 32)}}); ap.Result.Err != nil {
 		t.Fatal(ap.Result.Err)
 	}
+	withRecord := fsm.New()
+	for i, c := range []fsm.Command{
+		&fsm.OpenSession{Namespace: "ns", TTL: 10e9},
+		&fsm.Request{Session: 1, Namespace: "ns", RequestID: 1, Names: []string{"a"}},
+		&fsm.SetRecord{Session: 1, Namespace: "ns", RequestID: 1, Token: 2, Name: "a", Value: []byte("v")},
+	} {
+		if ap := withRecord.Apply(uint64(i+1), fsm.Entry{Cmd: c}); ap.Result.Err != nil {
+			t.Fatal(ap.Result.Err)
+		}
+	}
 	for _, c := range []struct {
 		name           string
 		m              *fsm.Machine
 		bootstrap, own int
+		probedOnce     bool
 		want           int
 		why            string
 	}{
-		{"an upgraded cluster, before the secret", fsm.New(), 0, 0, fsm.PreviousLevel, ""},
-		{"a cluster this release bootstrapped", fsm.New(), fsm.LevelClusterSecret, 0, fsm.LevelClusterSecret, "the release that bootstrapped this cluster"},
-		{"a state that holds the secret", withSecret, 0, 0, fsm.LevelClusterSecret, "already uses it"},
-		{"never above this node's own level", fsm.New(), fsm.LevelClusterSecret, fsm.PreviousLevel, fsm.PreviousLevel, "this node's"},
+		{"an upgraded cluster, before the secret", fsm.New(), 0, 0, true, fsm.PreviousLevel, ""},
+		{"a cluster this release bootstrapped", fsm.New(), fsm.LevelClusterSecret, 0, true, fsm.LevelClusterSecret, "the release that bootstrapped this cluster"},
+		{"... before the term's first probe round ends", fsm.New(), fsm.LevelClusterSecret, 0, false, fsm.PreviousLevel, "the first round is under way"},
+		{"a state that holds the secret", withSecret, 0, 0, true, fsm.LevelClusterSecret, "already uses it"},
+		// Finding 8: records are not refused while a member is down.
+		{"a state that holds a record, before the first round", withRecord, 0, 0, false, fsm.LevelRecords, "already uses it"},
+		{"never above this node's own level", fsm.New(), fsm.LevelClusterSecret, fsm.PreviousLevel, true, fsm.PreviousLevel, "this node's"},
 	} {
 		s := &Server{m: c.m, cfg: Config{BootstrapLevel: c.bootstrap}}
 		s.levels.init(c.own)
-		got, why := s.levelFloor()
+		got, why := s.levelFloor(c.probedOnce)
 		if got != c.want || c.why == "" && why != "" || !strings.Contains(why, c.why) {
 			t.Errorf("%s: floor %d (%q), want %d (%q)", c.name, got, why, c.want, c.why)
 		}
