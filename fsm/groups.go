@@ -308,8 +308,8 @@ type groupsAt struct {
 
 // checkGroups verifies a restored state against its group (groups.md
 // §6.6): every namespace present is on a slot the group owns or is
-// moving out (frozen), and the sessions' ids are ordered and its own
-// ones not from the future.
+// moving out (frozen). The ids' order is decodeSessions' check, and the
+// bounds on ids, tokens and indexes are checkScheduling's.
 func checkGroups(st *state) error {
 	if !st.ownsAll {
 		for name := range st.namespaces {
