@@ -93,6 +93,9 @@ func Status(err error) error {
 			}
 			return New(m.code, m.reason, m.name, fe.Msg, meta)
 		}
+		if fe.Code == fsm.CodeMoving || fe.Code == fsm.CodeMoved {
+			return slotRefusal(fe)
+		}
 	}
 	var nl *raftnode.NotLeaderError
 	switch {
@@ -116,6 +119,32 @@ func Status(err error) error {
 		return status.Error(codes.Canceled, err.Error())
 	}
 	return status.Error(codes.Internal, err.Error())
+}
+
+// slotRefusal maps fsm's CodeMoving and CodeMoved (groups.md §6.3: this
+// group does not serve the namespace's slot) to Unavailable, NOT_READY,
+// so that a client of today retries elsewhere or later and never ends
+// its session: "session closed" (FailedPrecondition) would (groups.md
+// §3.1). The metadata says which slot ("slot") and, when known, where
+// it moves or moved to ("to", "epoch"), and "moving" or "moved": "true".
+// Phase 3 adds MOVING and MOVED to lockclusterv1.ErrorReason and maps
+// these codes to them; until then the wire (and the proto) is unchanged,
+// and with one group neither code is ever given (groups.md I4).
+func slotRefusal(fe *fsm.Error) error {
+	meta := map[string]string{}
+	if fe.Code == fsm.CodeMoved {
+		meta["moved"] = "true"
+	} else {
+		meta["moving"] = "true"
+	}
+	if si, ok := fe.Slot(); ok {
+		meta["slot"] = strconv.FormatUint(uint64(si.Slot), 10)
+		if si.Known {
+			meta["to"] = strconv.FormatUint(uint64(si.To), 10)
+			meta["epoch"] = strconv.FormatUint(uint64(si.Epoch), 10)
+		}
+	}
+	return New(codes.Unavailable, pb.ErrorReason_NOT_READY, "NotReady", fe.Msg, meta)
 }
 
 // Invalid is a TypeError about an RPC's own fields.

@@ -118,3 +118,45 @@ func TestMetadataOfNotHolderAndCompacted(t *testing.T) {
 		t.Errorf("COMPACTED metadata %v, want oldest_index 99", m)
 	}
 }
+
+// A group that does not serve a namespace's slot (fsm CodeMoving,
+// CodeMoved) answers a retryable Unavailable, NOT_READY, never a
+// FailedPrecondition, which would end the client's session (groups.md
+// §3.1); the metadata says which slot and that it is moving or moved.
+func TestSlotRefusals(t *testing.T) {
+	info := func(err error) (codes.Code, *errdetails.ErrorInfo) {
+		st := status.Convert(Status(err))
+		for _, d := range st.Details() {
+			if i, ok := d.(*errdetails.ErrorInfo); ok {
+				return st.Code(), i
+			}
+		}
+		return st.Code(), nil
+	}
+	// A group ≥ 1 owns no slot until an Import: its refusal is CodeMoving
+	// with the slot and no target.
+	moving := fsm.NewGroup(1).Owns("ns")
+	if moving == nil || moving.Code != fsm.CodeMoving {
+		t.Fatalf("NewGroup(1).Owns = %v, want CodeMoving", moving)
+	}
+	code, i := info(fmt.Errorf("wrapped: %w", moving))
+	if code != codes.Unavailable || i == nil || i.Reason != pb.ErrorReason_NOT_READY.String() || i.Domain != Domain {
+		t.Fatalf("moving: %s %v, want Unavailable NOT_READY", code, i)
+	}
+	want := map[string]string{"name": "NotReady", "moving": "true", "slot": fmt.Sprint(fsm.Slot("ns"))}
+	if fmt.Sprint(i.Metadata) != fmt.Sprint(want) {
+		t.Errorf("moving metadata %v, want %v", i.Metadata, want)
+	}
+	// CodeMoved without a slot (none can be built outside fsm before
+	// phase 2) still says "moved".
+	code, i = info(&fsm.Error{Code: fsm.CodeMoved, Msg: "moved to group 2"})
+	if code != codes.Unavailable || i == nil || i.Reason != pb.ErrorReason_NOT_READY.String() {
+		t.Fatalf("moved: %s %v, want Unavailable NOT_READY", code, i)
+	}
+	if want := map[string]string{"name": "NotReady", "moved": "true"}; fmt.Sprint(i.Metadata) != fmt.Sprint(want) {
+		t.Errorf("moved metadata %v, want %v", i.Metadata, want)
+	}
+	if st := status.Convert(Status(moving)); st.Message() != moving.Msg {
+		t.Errorf("message %q, want fsm's %q", st.Message(), moving.Msg)
+	}
+}
