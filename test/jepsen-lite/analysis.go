@@ -35,9 +35,12 @@ type hold struct {
 	lostKind           string
 	lostWhy            string
 	timeout            int64 // the request's deadline, ns
-	writes             []Op
-	end                int64 // when the holder stopped believing it held the lock
-	endedByPause       bool  // end is when its process was paused
+	// sessionEnded is when a watch first received the end of the hold's
+	// session (0: none did): the cluster had ended it by then.
+	sessionEnded int64
+	writes       []Op
+	end          int64 // when the holder stopped believing it held the lock
+	endedByPause bool  // end is when its process was paused
 }
 
 func (h *hold) granted() bool { return h.outcome == "granted" }
@@ -52,13 +55,16 @@ func jeopardy(why string) bool { return strings.Contains(why, "no heartbeat ackn
 // the client delivered is applied before Request returns; the client
 // gives an abort 5 seconds, so a request that returned sooner after its
 // deadline had its abort applied. A session the cluster itself ended took
-// its requests with it.
+// its requests with it: one the client gave up by itself (jeopardy) too,
+// once a watch received the session's end (sessionEnded).
 func (h *hold) settledBy() int64 {
 	switch {
 	case h.outcome == "aborted" && h.timeout > 0 && h.complete-h.invoke-h.timeout < int64(4*time.Second):
 		return h.complete
 	case h.outcome == "unknown" && strings.Contains(h.err, "session lost") && !jeopardy(h.err):
 		return h.complete
+	case h.sessionEnded > 0:
+		return max(h.sessionEnded, h.invoke+1)
 	}
 	return 0
 }
@@ -66,10 +72,15 @@ func (h *hold) settledBy() int64 {
 // releasedBy is when the cluster had certainly taken back a lock the
 // holder did not release itself (0: not known): a theft, an end of the
 // session, or a loss a refused record write revealed (not-holder), that
-// the cluster told the holder about, happened before it was told.
+// the cluster told the holder about, happened before it was told; a
+// session the client gave up (jeopardy) ended by the time a watch
+// received its end.
 func (h *hold) releasedBy() int64 {
 	if h.lostKind == "stolen" || h.lostKind == notHolder || (h.lostKind == "session" && !jeopardy(h.lostWhy)) {
 		return h.lostAt
+	}
+	if h.lostKind == "session" && h.sessionEnded > 0 {
+		return max(h.sessionEnded, h.complete+1)
 	}
 	return 0
 }
@@ -100,11 +111,18 @@ type queryOp struct {
 func analyse(ops []Op) *history {
 	hs := &history{ops: ops, byID: map[string]*hold{}, pauses: map[int][][2]int64{}}
 	qInv := map[int]int64{}
+	sessionEnd := map[uint64]int64{}
 	pauseStart := map[int]int64{}
 	for _, op := range ops {
 		hs.last = max(hs.last, op.Time)
 		h := hs.byID[op.Hold]
 		switch {
+		case op.F == "watch" && op.Result == "changes":
+			for _, c := range op.Changes {
+				if c.Kind == "session-ended" && (sessionEnd[c.Session] == 0 || op.Time < sessionEnd[c.Session]) {
+					sessionEnd[c.Session] = op.Time
+				}
+			}
 		case op.F == "watch" || op.F == "log":
 			// the watch checker's (check_watch.go)
 		case op.F == "crash":
@@ -164,6 +182,7 @@ func analyse(ops []Op) *history {
 	}
 	for _, h := range hs.holds {
 		h.end, h.endedByPause = hs.believedEnd(h)
+		h.sessionEnded = sessionEnd[h.session]
 	}
 	return hs
 }

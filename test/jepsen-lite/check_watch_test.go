@@ -147,3 +147,33 @@ func TestWatchSnapshotRecords(t *testing.T) {
 		t.Errorf("notes: %v", r.Notes)
 	}
 }
+
+// A request whose outcome the client does not know because it gave its
+// session up (jeopardy) is settled once a watch received the session's
+// end, and so is a lock held in that session: porcupine then need not
+// keep them pending to the end of the history.
+func TestWatchSettlesJeopardy(t *testing.T) {
+	const why = "lockcluster: AbortError: session lost: no heartbeat acknowledged for a whole TTL (5s)"
+	build := func(watched bool) *history {
+		b := new(hb)
+		b.add(0, Op{Process: 1, Type: "invoke", F: "acquire", Hold: "1/1", Workload: wMutex, Names: []string{"mutex-0"}, Session: 4})
+		b.add(20, Op{Process: 1, Type: "info", F: "acquire", Hold: "1/1", Names: []string{"mutex-0"}, Session: 4, Error: why})
+		b.grant(2, "2/1", "mutex-1", 1, 2, 0, 5, 3)
+		b.add(10, Op{Process: 2, Type: "event", F: "lost", Hold: "2/1", Names: []string{"mutex-1"}, Result: "session", Value: why})
+		if watched {
+			b.add(30, Op{Process: 20, Type: "event", F: "watch", Result: "changes", Index: 9,
+				Changes: []WChange{{Kind: "session-ended", Session: 4, Cause: "session-expired"}}})
+			b.add(40, Op{Process: 20, Type: "event", F: "watch", Result: "changes", Index: 12,
+				Changes: []WChange{{Kind: "session-ended", Session: 5, Cause: "session-expired"}}})
+		}
+		return analyse(b.end(100))
+	}
+	hs := build(false)
+	if s, r := hs.byID["1/1"].settledBy(), hs.byID["2/1"].releasedBy(); s != 0 || r != 0 {
+		t.Errorf("without a watch: settled by %d, released by %d; want 0, 0", s, r)
+	}
+	hs = build(true)
+	if s, r := hs.byID["1/1"].settledBy(), hs.byID["2/1"].releasedBy(); s != ms(30) || r != ms(40) {
+		t.Errorf("with a watch: settled by %d, released by %d; want %d, %d", s, r, ms(30), ms(40))
+	}
+}
