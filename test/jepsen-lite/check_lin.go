@@ -24,13 +24,14 @@ import (
 //     lost, error): may have done nothing, or granted the lock to a hold
 //     "W<process>", released by an invisible release; both end when the
 //     cluster had certainly finished with the request (hold.settledBy: an
-//     abort delivered, a session the cluster ended), else they are
-//     pending until the end of the history;
+//     abort delivered, a session the cluster ended, a session whose end a
+//     watch received), else they are pending until the end of the history;
 //   - release: frees it if the hold has it (a stolen lock's release does
 //     nothing); a hold whose lock was stolen or whose session was lost is
 //     released by an invisible operation from the grant until the holder
-//     was told (hold.releasedBy), or to the end of the history when the
-//     client gave its session up by itself (jeopardy);
+//     was told (hold.releasedBy), or, when the client gave its session up
+//     by itself (jeopardy), until a watch received the session's end, else
+//     to the end of the history;
 //   - query: the holders it saw, by (session, token) mapped to hold ids.
 
 type linIn struct {
