@@ -304,7 +304,7 @@ func (s *Server) proposeOnce(ctx context.Context, cmd fsm.Command) (fsm.Applied,
 	if r, isReq := cmd.(*fsm.Request); isReq {
 		if node := s.replica(); node != nil && node.IsLeader() {
 			if res, known := s.m.Outcome(r.Session, r.Namespace, r.RequestID); known {
-				return fsm.Applied{Result: res}, s.m.LastIndex(), nil
+				return fsm.Applied{Result: res}, s.m.LastLogical(), nil
 			}
 		}
 	}

@@ -48,7 +48,7 @@ func (s *Server) checkAttach(ctx context.Context, at *pb.Attach) error {
 	if err != nil {
 		return s.attachNotReady(at, fmt.Sprintf("could not ask the leader how far it has applied: %v", err))
 	}
-	if err := s.hub.waitApplied(ctx, index); err != nil {
+	if err := s.hub.waitApplied(ctx, index); err != nil { // Status's applied index: raw
 		return s.attachNotReady(at, fmt.Sprintf("it has not yet applied index %d that the leader has", index))
 	}
 	return errOrNil(s.m.CheckSession(at.SessionId, at.Namespace, at.SessionSecret))

@@ -20,6 +20,6 @@ func (s *Server) brokenGrant(req *pb.LockRequest) (*pb.LockResponse, bool) {
 	if node == nil || node.IsLeader() || req.Mode != pb.Mode_MODE_EXCLUSIVE || req.Steal || req.IfAvailable {
 		return nil, false
 	}
-	idx := s.m.LastIndex()
+	idx := s.m.LastLogical()
 	return &pb.LockResponse{Status: pb.Status_STATUS_GRANTED, Token: idx, AcquiredAt: ts(time.Now().UnixNano()), Index: idx}, true
 }

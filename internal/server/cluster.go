@@ -123,13 +123,23 @@ func (s *Server) Promote(ctx context.Context, req *pb.PromoteRequest) (*pb.Promo
 // Touch renews the deadlines of sessions whose heartbeats reached a
 // follower (session liveness's Renew). Only the leader answers, once it
 // has re-armed, and only to a member (member.go).
+//
+// Ownership comes first (groups.go): a session whose slot this group
+// does not serve is not renewed, and is answered unknown, the only "not
+// renewed" TouchResponse has; the follower's stream then ends "moving"
+// when its own replica does not serve the slot either (sessionEnded),
+// "closed" only when it still does, which a follower behind the leader's
+// Freeze could. Never with one group. Phase 3, which moves Touch per
+// group, adds a moving answer to TouchResponse and checks ownership again
+// after the leadership confirmation that covers a renewal (groups.md I3).
 func (s *Server) Touch(ctx context.Context, req *pb.TouchRequest) (*pb.TouchResponse, error) {
 	if err := s.memberOnly(ctx, "Cluster.Touch"); err != nil { // member.go
 		return nil, err
 	}
-	unknown, err := s.live.Renew(ctx, req.SessionIds...)
+	ids, refused := s.ownedSessions(req.SessionIds)
+	unknown, err := s.live.Renew(ctx, ids...)
 	if err != nil {
 		return nil, toStatus(s.notLeader())
 	}
-	return &pb.TouchResponse{Unknown: unknown}, nil
+	return &pb.TouchResponse{Unknown: append(unknown, refused...)}, nil
 }

@@ -59,6 +59,17 @@
 // linearizable snapshot, then a cursor over the history; COMPACTED when
 // the cursor is older than the history, never a silent gap.
 //
+// groups.go is the groundwork for several Raft groups in one cluster
+// (issue 27, shared/design/groups.md), and changes nothing with one group.
+// Every index a client sees or sends is logical (fsm.Machine.Logical: the
+// position of the entry in its group's log; with one group, the Raft
+// index), while raft, the hub, the watch history and Status keep the raw
+// one (the hub and watch.go convert at their edges). The reads and stream
+// ends of this package that would answer "empty" or "session closed"
+// check the slot's ownership first, so that a group that does not serve a
+// namespace answers "moving" (rpcerr: Unavailable), never a status that
+// ends the client's session.
+//
 // This is implementation, with no compatibility promise: internal/node is its
 // only user. The stable API is the wire contract (api/lockclusterv1) and
 // the Go client (the root package).

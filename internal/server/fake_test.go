@@ -317,6 +317,8 @@ type fakeNode struct {
 type fakeOptions struct {
 	// configure adjusts each node's Config before New.
 	configure func(*Config)
+	// machine makes each node's state machine (nil: fsm.New, group 0).
+	machine func() *fsm.Machine
 }
 
 // newFakeCluster starts n servers, n1 leading, and returns once every
@@ -343,6 +345,9 @@ func newFakeCluster(t testing.TB, n int, o fakeOptions) *fakeCluster {
 	for i := 1; i <= n; i++ {
 		id := fmt.Sprintf("n%d", i)
 		m := fsm.New()
+		if o.machine != nil {
+			m = o.machine()
+		}
 		m.KeepChanges(true)
 		cfg := Config{Machine: m, Self: fsm.Member{ID: id, RaftAddr: "raft-" + id, GRPCAddr: "passthrough:///api-" + id},
 			Now: fc.clock.Now, DialOptions: opts, SessionTick: 2 * time.Millisecond, HeartbeatFlush: time.Millisecond}

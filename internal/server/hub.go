@@ -23,6 +23,12 @@ type hub struct {
 	// last reports the machine's own last index, which a restored snapshot
 	// moves without any entry being published.
 	last func() uint64
+	// logical maps a raw index to the logical one a client sees
+	// (fsm.Machine.Logical, groups.md §6.4; nil: the same, as with one
+	// group, whose offset is 0). The hub keeps raw indexes; events carry
+	// the logical index of their entry, and waitLogical compares a
+	// client's index with the logical applied index.
+	logical func(raw uint64) uint64
 	// maxBytes caps the encoded size of the events a stream has not taken
 	// yet (its backlog), whatever their number.
 	maxBytes int
@@ -107,6 +113,7 @@ func newHub(last func() uint64, maxBytes int) *hub {
 func (h *hub) publish(index uint64, ap fsm.Applied) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	var logical uint64 // the entry's logical index, once an event needs it
 	for _, e := range ap.Events {
 		if e.Reply {
 			// The entry's own immediate outcome: the Request's reply
@@ -119,8 +126,13 @@ func (h *hub) publish(index uint64, ap fsm.Applied) {
 		if len(subs) == 0 {
 			continue
 		}
+		if logical == 0 {
+			// On raft's FSM goroutine, right after the machine applied
+			// the entry: the offset read is the one in force at it.
+			logical = h.toLogical(index)
+		}
 		// One message for all the session's streams: they only read it.
-		ev := eventToPB(index, e)
+		ev := eventToPB(logical, e)
 		for s := range subs {
 			if e.Seq <= s.after {
 				continue
@@ -191,11 +203,35 @@ func (h *hub) dropLocked(s *sub) {
 	}
 }
 
-// waitApplied returns once an entry at index or later has been applied here.
+// toLogical is the logical index of raw index raw (h.logical).
+func (h *hub) toLogical(raw uint64) uint64 {
+	if h.logical == nil {
+		return raw
+	}
+	return h.logical(raw)
+}
+
+// waitApplied returns once an entry at raw index or later has been applied
+// here: for an index raft or the operator's status gave (a leader's
+// applied index).
 func (h *hub) waitApplied(ctx context.Context, index uint64) error {
+	return h.wait(ctx, func() bool { return h.applied >= index || h.last() >= index })
+}
+
+// waitLogical returns once the logical index of what this node has
+// applied is at least index: for an index a client has seen (min_index,
+// from_index, a response's index; groups.md §6.4). The condition is read
+// again at every wake, so an offset raised meanwhile (Import, phase 2)
+// counts at once.
+func (h *hub) waitLogical(ctx context.Context, index uint64) error {
+	return h.wait(ctx, func() bool { return h.toLogical(h.applied) >= index || h.toLogical(h.last()) >= index })
+}
+
+// wait returns once done, read under the hub's lock, holds.
+func (h *hub) wait(ctx context.Context, done func() bool) error {
 	for {
 		h.mu.Lock()
-		done, wake := h.applied >= index || h.last() >= index, h.wake
+		done, wake := done(), h.wake
 		h.mu.Unlock()
 		if done {
 			return nil

@@ -147,6 +147,9 @@ func (s *Server) Query(ctx context.Context, req *pb.QueryRequest) (*pb.QueryResp
 			return pb.NewLocksClient(cc).Query(ctx, req, grpc.MaxCallRecvMsgSize(math.MaxInt32))
 		})
 	}
+	if err := s.owns(req.Namespace, 0); err != nil { // "moving", not empty (groups.go)
+		return nil, toStatus(err)
+	}
 	return s.query(req.Namespace), nil
 }
 

@@ -72,9 +72,9 @@ func sendSynced(stream sendStream[pb.SessionDown], synced *pb.Synced, chunked bo
 }
 
 // query reads namespace ns's locks from this node's applied state, at the
-// index it has applied.
+// (logical) index it has applied.
 func (s *Server) query(ns string) *pb.QueryResponse {
-	idx := s.m.LastIndex()
+	idx := s.m.LastLogical()
 	q := s.m.Query(ns)
 	out := &pb.QueryResponse{Index: idx, Held: make([]*pb.LockInfo, len(q.Held)), Pending: make([]*pb.LockInfo, len(q.Pending))}
 	for i, l := range q.Held {
@@ -136,6 +136,9 @@ func (s *Server) QueryPages(req *pb.QueryRequest, stream grpc.ServerStreamingSer
 				return pb.NewLocksClient(cc).QueryPages(ctx, req)
 			})
 		}
+		return toStatus(err)
+	}
+	if err := s.owns(req.Namespace, 0); err != nil { // "moving", not empty (groups.go)
 		return toStatus(err)
 	}
 	for _, p := range queryPages(s.query(req.Namespace)) {

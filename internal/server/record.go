@@ -82,6 +82,9 @@ func (s *Server) GetRecord(ctx context.Context, req *pb.GetRecordRequest) (*pb.G
 			return nil, ferr
 		}
 	}
+	if err := s.owns(req.Namespace, 0); err != nil { // "moving", not empty (groups.go)
+		return nil, toStatus(err)
+	}
 	rec, idx, ok := s.m.Record(req.Namespace, req.Name)
 	resp := &pb.GetRecordResponse{Index: idx}
 	if ok {
@@ -117,7 +120,7 @@ func (s *Server) readAtLeaderIndex(ctx context.Context, notLeader error, ns stri
 	}
 	wctx, cancel := context.WithTimeout(ctx, attachWait)
 	defer cancel()
-	if err := s.hub.waitApplied(wctx, index); err != nil {
+	if err := s.hub.waitLogical(wctx, index); err != nil { // a response's index: logical
 		return toStatus(fmt.Errorf("%w: node %s has not yet applied index %d that the leader has", rpcerr.ErrNotReady, s.cfg.Self.ID, index))
 	}
 	return nil

@@ -204,6 +204,7 @@ func New(cfg Config) *Server {
 	}
 	s.attaches = newAttachGate(cfg.AttachesInFlight, queue)
 	s.hub = newHub(cfg.Machine.LastIndex, cfg.StreamBacklogBytes)
+	s.hub.logical = cfg.Machine.Logical
 	s.hub.maxStreams = cfg.MaxStreamsPerSession
 	if s.hub.maxStreams == 0 {
 		s.hub.maxStreams = DefaultMaxStreamsPerSession
@@ -267,7 +268,14 @@ func (s *Server) Run(ctx context.Context, node Replica) {
 }
 
 // propose stamps cmd with this node's clock, appends it to the log and
-// returns the machine's answer and the entry's index.
+// returns the machine's answer and the entry's logical index (groups.md
+// §6.4: what a client sees as an index; the raw Raft index stays
+// internal). With one group the two are equal. The offset is read once
+// the entry is applied, so an Import applied meanwhile (phase 2) would
+// make the index larger than the entry's own logical one, never smaller:
+// still at most this node's logical applied index, which is all a client
+// does with it (min_index). Phase 2 may have fsm.Applied carry the
+// entry's own logical index instead.
 func (s *Server) propose(ctx context.Context, cmd fsm.Command) (fsm.Applied, uint64, error) {
 	node := s.replica()
 	if node == nil {
@@ -288,7 +296,7 @@ func (s *Server) propose(ctx context.Context, cmd fsm.Command) (fsm.Applied, uin
 	if !ok {
 		return fsm.Applied{}, 0, fmt.Errorf("internal error: entry %d applied with response %T", r.Index, r.Response)
 	}
-	return ap, r.Index, nil
+	return ap, s.m.Logical(r.Index), nil
 }
 
 // expirer lets session liveness propose ExpireSession.

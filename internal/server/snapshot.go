@@ -49,10 +49,18 @@ func (s *Server) SaveSnapshot(req *pb.SaveSnapshotRequest, stream grpc.ServerStr
 	if err != nil {
 		return toStatus(fmt.Errorf("internal error: %w", err))
 	}
-	index, format, err := fsm.SnapshotHeader(data)
+	raw, format, err := fsm.SnapshotHeader(data)
 	if err != nil {
 		return toStatus(fmt.Errorf("internal error: %w", err))
 	}
+	// The header's index is logical (groups.md §6.4): it promises that a
+	// fencing token in the state is at most it. With one group it is the
+	// Raft index of the state, which 'snapshot restore' checks the state
+	// against. Phase 2 must revisit both: the offset read here is the
+	// machine's now, not the snapshot point's (an Import meanwhile makes
+	// the index larger, which keeps the promise), and restore must then
+	// compare with the state's logical index.
+	index := s.m.Logical(raw)
 	sum := sha256.Sum256(data)
 	term, _ := strconv.ParseUint(node.Stats()["term"], 10, 64)
 	h := &pb.SnapshotHeader{Index: index, Term: term, Size: uint64(len(data)), Sha256: sum[:], LeaderId: s.cfg.Self.ID, Format: format}

@@ -54,7 +54,7 @@ func (s *Server) Session(stream pb.Locks_SessionServer) error {
 	}()
 	wctx, cancel := context.WithTimeout(ctx, attachWait)
 	defer cancel()
-	if err := s.hub.waitApplied(wctx, at.MinIndex); err != nil {
+	if err := s.hub.waitLogical(wctx, at.MinIndex); err != nil {
 		return toStatus(fmt.Errorf("%w: it has not yet applied index %d that the client has seen", rpcerr.ErrNotReady, at.MinIndex))
 	}
 	// The node's state is as new as the caller's; a session it does not
@@ -67,9 +67,9 @@ func (s *Server) Session(stream pb.Locks_SessionServer) error {
 		info, ok := s.m.Session(at.SessionId)
 		reqs, seq, ok2 := s.m.SessionRequests(at.SessionId)
 		if !ok || !ok2 || info.Namespace != at.Namespace {
-			return 0, toStatus(&fsm.Error{Code: fsm.CodeSessionClosed, Msg: "session " + strconv.FormatUint(at.SessionId, 10) + " is not open in namespace " + strconv.Quote(at.Namespace) + " (closed, expired or never opened)"})
+			return 0, s.sessionEnded(at.Namespace, at.SessionId, "is not open in namespace "+strconv.Quote(at.Namespace)+" (closed, expired or never opened)")
 		}
-		synced = &pb.Synced{Index: s.m.LastIndex(), EventSeq: seq, Ttl: durationpb.New(time.Duration(info.TTL))}
+		synced = &pb.Synced{Index: s.m.LastLogical(), EventSeq: seq, Ttl: durationpb.New(time.Duration(info.TTL))}
 		for _, r := range reqs {
 			synced.Requests = append(synced.Requests, requestStateToPB(r))
 		}
@@ -112,7 +112,7 @@ func (s *Server) Session(stream pb.Locks_SessionServer) error {
 	)
 	ending := goOn
 	endedErr := func() error {
-		return toStatus(&fsm.Error{Code: fsm.CodeSessionClosed, Msg: "session " + strconv.FormatUint(at.SessionId, 10) + " has ended"})
+		return s.sessionEnded(at.Namespace, at.SessionId, "has ended") // "moving" where this group does not serve it (groups.go)
 	}
 	for {
 		events, replies := sub.ready, (<-chan *pb.SessionDown)(acks)
@@ -201,7 +201,7 @@ func (s *Server) receive(ctx context.Context, stream pb.Locks_SessionServer, at 
 		default: // the stream is ending already
 		}
 	}
-	hb := &heartbeater{s: s, ctx: ctx, id: at.SessionId, out: out, fail: fail}
+	hb := &heartbeater{s: s, ctx: ctx, id: at.SessionId, ns: at.Namespace, out: out, fail: fail}
 	calls := &streamCalls{}
 	for {
 		m, err := stream.Recv()
@@ -227,6 +227,7 @@ type heartbeater struct {
 	s       *Server
 	ctx     context.Context // the stream's
 	id      uint64
+	ns      string // the session's namespace (the attach's)
 	out     chan<- *pb.SessionDown
 	fail    func(error)
 	waiting atomic.Int32
@@ -235,6 +236,13 @@ type heartbeater struct {
 // heartbeat renews the session for heartbeat hb; the answer comes later,
 // from session liveness (done).
 func (h *heartbeater) heartbeat(hb uint64) {
+	if err := h.s.owns(h.ns, h.id); err != nil {
+		// Ownership first (groups.go): a session of a slot this group
+		// does not serve is neither renewed nor acknowledged here, and
+		// its stream ends "moving", never "closed". Never with one group.
+		h.fail(toStatus(err))
+		return
+	}
 	if h.waiting.Add(1) > maxHeartbeatsWaiting {
 		h.waiting.Add(-1)
 		return // no ack: too many waiting already

@@ -53,6 +53,9 @@ type selection struct {
 	all    bool
 	prefix string
 	names  map[string]struct{}
+	// logical maps a history batch's raw index to the logical index the
+	// watch sends (fsm.Machine.Logical; watchIndexes).
+	logical func(raw uint64) uint64
 }
 
 // matchName reports whether the selection covers name (QueryMatching's
@@ -102,7 +105,7 @@ func (s *Server) watchSelection(req *pb.WatchRequest) (*selection, error) {
 	if err := s.m.Limits().Check(&fsm.CloseSession{Namespace: req.Namespace}); err != nil {
 		return nil, toStatus(err)
 	}
-	sel := &selection{ns: req.Namespace}
+	sel := &selection{ns: req.Namespace, logical: s.m.Logical}
 	switch {
 	case req.Prefix != "" && len(req.Names) > 0:
 		return nil, invalidField("prefix", fmt.Sprintf("a watch selects by prefix or by names, not both (prefix %s and %d names)", strconv.Quote(logsafe.String(req.Prefix)), len(req.Names)))
@@ -139,7 +142,7 @@ func (s *Server) Watch(req *pb.WatchRequest, stream grpc.ServerStreamingServer[p
 	// The node's state must be as new as what the client has seen.
 	if need := max(req.MinIndex, req.FromIndex); need > 0 {
 		wctx, cancel := context.WithTimeout(ctx, attachWait)
-		err := s.hub.waitApplied(wctx, need)
+		err := s.hub.waitLogical(wctx, need)
 		cancel()
 		if err != nil {
 			return toStatus(fmt.Errorf("%w: node %s has not yet applied index %d that the client has seen", rpcerr.ErrNotReady, s.cfg.Self.ID, need))
@@ -147,17 +150,26 @@ func (s *Server) Watch(req *pb.WatchRequest, stream grpc.ServerStreamingServer[p
 	}
 	out := newSender[pb.WatchResponse](stream, s.cfg.StreamSendTimeout)
 	defer out.stop()
-	after := req.FromIndex
-	if after > 0 {
+	// after is the watch's cursor in the history: a raw index, as the
+	// history keeps them (watchIndexes).
+	var after uint64
+	if req.FromIndex > 0 {
+		if err := s.owns(sel.ns, 0); err != nil { // "moving", not a silent watch (groups.go)
+			return toStatus(err)
+		}
+		after = s.rawIndex(req.FromIndex)
 		if oldest := s.hist.Oldest(); after < oldest {
-			return rpcerr.Compacted(oldest, fmt.Sprintf("node %s keeps the changes after index %d, not from index %d: start again from a snapshot", s.cfg.Self.ID, oldest, after))
+			return rpcerr.Compacted(s.m.Logical(oldest), fmt.Sprintf("node %s keeps the changes after index %d, not from index %d: start again from a snapshot", s.cfg.Self.ID, s.m.Logical(oldest), req.FromIndex))
 		}
 	} else {
 		if err := s.watchBarrier(ctx, req.Namespace); err != nil {
 			return err
 		}
-		q, recs, index := s.m.QueryMatching(sel.ns, sel.matchName())
-		after = index
+		if err := s.owns(sel.ns, 0); err != nil { // "moving", not empty (groups.go)
+			return toStatus(err)
+		}
+		q, recs, index := s.m.QueryMatching(sel.ns, sel.matchName()) // index: logical
+		after = s.rawIndex(index)
 		pieces := watchSnapshot(index, q, recs)
 		out.start(func(stream sendStream[pb.WatchResponse]) error {
 			for _, p := range pieces {
@@ -179,7 +191,7 @@ func (s *Server) Watch(req *pb.WatchRequest, stream grpc.ServerStreamingServer[p
 		if !out.busy {
 			batches, upTo, w, oldest, compacted := s.hist.next(after, watchRound)
 			if compacted {
-				return rpcerr.Compacted(oldest, fmt.Sprintf("the watch fell behind: node %s no longer holds the changes after index %d (it keeps those after %d); start again from a snapshot", s.cfg.Self.ID, after, oldest))
+				return rpcerr.Compacted(s.m.Logical(oldest), fmt.Sprintf("the watch fell behind: node %s no longer holds the changes after index %d (it keeps those after %d); start again from a snapshot", s.cfg.Self.ID, s.m.Logical(after), s.m.Logical(oldest)))
 			}
 			after = max(after, upTo)
 			if msgs := sel.changes(batches); len(msgs) > 0 {
@@ -202,7 +214,7 @@ func (s *Server) Watch(req *pb.WatchRequest, stream grpc.ServerStreamingServer[p
 			}
 		case <-progress.C:
 			if !out.busy {
-				out.send([]*pb.WatchResponse{{Kind: &pb.WatchResponse_Progress{Progress: &pb.WatchProgress{Index: after}}}})
+				out.send([]*pb.WatchResponse{{Kind: &pb.WatchResponse_Progress{Progress: &pb.WatchProgress{Index: s.m.Logical(after)}}}})
 			}
 			progress.Reset(every)
 		case <-s.done:
@@ -214,7 +226,8 @@ func (s *Server) Watch(req *pb.WatchRequest, stream grpc.ServerStreamingServer[p
 }
 
 // changes turns the history's batches into the watch's messages: one per
-// entry with a change the selection matches.
+// entry with a change the selection matches, at the entry's logical index
+// (sel.logical maps the history's raw one: watchIndexes).
 func (sel *selection) changes(batches []watchBatch) []*pb.WatchResponse {
 	var msgs []*pb.WatchResponse
 	for _, b := range batches {
@@ -225,7 +238,7 @@ func (sel *selection) changes(batches []watchBatch) []*pb.WatchResponse {
 				continue
 			}
 			if wc == nil {
-				wc = &pb.WatchChanges{Index: b.index, Time: ts(b.time)}
+				wc = &pb.WatchChanges{Index: sel.logical(b.index), Time: ts(b.time)}
 			}
 			wc.Changes = append(wc.Changes, changeToPB(c))
 		}
@@ -283,6 +296,30 @@ func watchSnapshot(index uint64, q fsm.QueryResult, recs []fsm.Record) []*pb.Wat
 		p.Records = append(p.Records, m)
 	}
 	return pieces
+}
+
+// watchIndexes: the watch history (watchhist.go) keeps the raw Raft index
+// of each entry, as raft's sink gives it (internal/node, and the status
+// page's /api/events read it too); a watch converts at its edge: the
+// client's from_index and a snapshot's index into the raw cursor
+// (rawIndex), the cursor and each batch's index into the logical indexes
+// it sends (fsm.Machine.Logical, groups.md §6.4). That is exact while a
+// group's offset is constant, which it is for ever with one group (0) and
+// between two Imports with several. Phase 2, where Import raises the
+// offset, must revisit it: a batch applied before an Import would be
+// converted with the offset after it, so the history must then keep each
+// batch's logical index (taken in the sink, right after its entry) and
+// the cursor should become logical.
+
+// rawIndex is the raw index of logical index l at the group's offset now
+// (0 for an l below the offset): the inverse of fsm.Machine.Logical while
+// the offset does not change (watchIndexes).
+func (s *Server) rawIndex(l uint64) uint64 {
+	off := s.m.Logical(0)
+	if l < off {
+		return 0
+	}
+	return l - off
 }
 
 // Watches is the number of watches this node serves now.
