@@ -227,11 +227,11 @@ func (h *hub) waitLogical(ctx context.Context, index uint64) error {
 	return h.wait(ctx, func() bool { return h.toLogical(h.applied) >= index || h.toLogical(h.last()) >= index })
 }
 
-// wait returns once done, read under the hub's lock, holds.
-func (h *hub) wait(ctx context.Context, done func() bool) error {
+// wait returns once reached, read under the hub's lock, holds.
+func (h *hub) wait(ctx context.Context, reached func() bool) error {
 	for {
 		h.mu.Lock()
-		done, wake := done(), h.wake
+		done, wake := reached(), h.wake
 		h.mu.Unlock()
 		if done {
 			return nil
