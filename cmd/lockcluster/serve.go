@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/lockcluster/lockcluster/internal/watchhist"
 	"math"
 	"os"
 	"os/signal"
@@ -149,7 +150,7 @@ func defaultServeConfig() *serveConfig {
 		heartbeat: 500 * time.Millisecond, election: 500 * time.Millisecond, lease: 500 * time.Millisecond, logLevel: "info", logFormat: "text",
 		checkpointEvery: raftnode.DefaultCheckpointInterval, logStore: raftnode.LogStoreWAL, checkpointEntries: raftnode.DefaultCheckpointEntries,
 		maxMessage: 4 << 20, streamBacklog: server.DefaultStreamBacklogBytes, streamsPerSession: server.DefaultMaxStreamsPerSession,
-		streamsPerConn: node.DefaultMaxConcurrentStreams, connsPerIP: node.DefaultMaxConnsPerIP, connIdle: node.DefaultConnIdleTimeout, watchHistory: server.DefaultWatchHistory, sessionRate: 5000, sessionBurst: 10000, auditRefusalInterval: server.DefaultAuditRefusalInterval,
+		streamsPerConn: node.DefaultMaxConcurrentStreams, connsPerIP: node.DefaultMaxConnsPerIP, connIdle: node.DefaultConnIdleTimeout, watchHistory: watchhist.DefaultSize, sessionRate: 5000, sessionBurst: 10000, auditRefusalInterval: server.DefaultAuditRefusalInterval,
 		namespaceRate: 0, namespaceBurst: 100000, namespaceBytesRate: 8 << 20, namespaceBytesBurst: 16 << 20, refusalRate: 1000, limits: defaultLimits(), gcHeadroom: "256MiB",
 		tlsWatch: 5 * time.Second}
 }

@@ -16,6 +16,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"github.com/lockcluster/lockcluster/internal/watchhist"
 	"net"
 	"net/http"
 	"os"
@@ -106,7 +107,7 @@ type Node struct {
 	raft    *raftnode.Node
 	machine *fsm.Machine
 	srv     *server.Server
-	hist    *server.WatchHistory // the watch history: watches and the status page's live feed
+	hist    *watchhist.History // the watch history: watches and the status page's live feed
 	metrics *metrics.Metrics
 	grpc    *grpc.Server
 	health  *health.Server
@@ -175,7 +176,7 @@ func (n *Node) start() error {
 	// recent ones, before raft restores its snapshot and applies its log
 	// (internal/server/watchhist.go).
 	n.machine.KeepChanges(true)
-	hist := server.NewWatchHistory(cfg.Server.WatchHistory)
+	hist := watchhist.New(cfg.Server.WatchHistory)
 	n.hist = hist
 	n.metrics = metrics.New(n.machine, metrics.WithReplica(cfg.ID)) // before raft starts: it installs go-metrics' sink
 	self := fsm.Member{ID: cfg.ID, GRPCAddr: orElse(cfg.AdvertiseGRPC, n.grpcLis.Addr().String())}

@@ -53,9 +53,10 @@
 // (Attach.chunked_sync), and a namespace's Query answer (QueryPages).
 //
 // record.go serves records (SetRecord, on the write path of a release;
-// GetRecord, linearizable as Query). watchhist.go is the bounded history
-// of applied changes every node keeps (fed by internal/node from its raft
-// adapter, from before the first entry), and watch.go the Watch RPC: a
+// GetRecord, linearizable as Query). internal/watchhist is the bounded
+// history of applied changes every node keeps (fed by internal/node from
+// its raft adapter, from before the first entry), and watch.go the Watch
+// RPC: a
 // linearizable snapshot, then a cursor over the history; COMPACTED when
 // the cursor is older than the history, never a silent gap.
 //

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"github.com/lockcluster/lockcluster/internal/watchhist"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -49,7 +50,7 @@ type fakeReplica struct {
 	addr    string // its "raft" address
 	m       *fsm.Machine
 	sink    func(uint64, fsm.Applied)
-	hist    *WatchHistory // fed as internal/node's raft adapter feeds it
+	hist    *watchhist.History // fed as internal/node's raft adapter feeds it
 	applied uint64
 	held    bool
 	subs    map[chan bool]struct{}

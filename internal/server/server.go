@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"github.com/lockcluster/lockcluster/internal/watchhist"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -105,7 +106,7 @@ type Config struct {
 	// to play a node of an older release: a node never proposes above it.
 	ProtocolLevel int
 	// WatchHistory is how many changes the node keeps for watches to
-	// resume from (default DefaultWatchHistory; watchhist.go).
+	// resume from (default watchhist.DefaultSize).
 	WatchHistory int
 	// History is the watch history, which whoever applies the entries
 	// feeds (WatchHistory.Append after every entry, Restored after a
@@ -113,10 +114,14 @@ type Config struct {
 	// the machine keeping its changes (fsm.Machine.KeepChanges):
 	// internal/node does, from its raft adapter. nil: New makes one of
 	// WatchHistory changes, which the caller feeds through History().
-	History *WatchHistory
+	History *watchhist.History
 	// WatchProgressInterval is how long a watch sends nothing before it
 	// says how far it has got (default DefaultWatchProgressInterval).
 	WatchProgressInterval time.Duration
+	// WatchCoalesce is how long a woken watch waits for more entries
+	// before it reads the history (default DefaultWatchCoalesce; negative:
+	// not at all).
+	WatchCoalesce time.Duration
 	// BootstrapLevel is the protocol level of the release that bootstrapped
 	// this cluster, when this node bootstrapped it (raftnode's
 	// BootstrapStamp); 0 when unknown. A member the leader has not heard
@@ -167,7 +172,7 @@ type Server struct {
 	member     memberState          // member.go: member-only calls, the cluster secret
 	reload     reloadState          // reload.go: settings a reload changed
 	streams    atomic.Int64         // session streams attached, their handlers running (stream.go)
-	hist       *WatchHistory        // watchhist.go
+	hist       *watchhist.History   // watchhist.go
 	watches    atomic.Int64         // watches served (watch.go)
 	log        hclog.Logger
 	done       chan struct{} // closed when Run returns: streams end
@@ -194,7 +199,7 @@ func New(cfg Config) *Server {
 	s := &Server{cfg: cfg, m: cfg.Machine, log: cfg.Logger, done: make(chan struct{})}
 	s.hist = cfg.History
 	if s.hist == nil {
-		s.hist = NewWatchHistory(cfg.WatchHistory)
+		s.hist = watchhist.New(cfg.WatchHistory)
 	}
 	s.members.s = s
 	s.reload.limitsChanged = make(chan struct{}, 1)
@@ -240,7 +245,7 @@ func (s *Server) Apply(index uint64, ap fsm.Applied) {
 }
 
 // History is the watch history this server streams watches from (Config.History).
-func (s *Server) History() *WatchHistory { return s.hist }
+func (s *Server) History() *watchhist.History { return s.hist }
 
 // Register registers the Locks and Cluster services on g.
 func (s *Server) Register(g *grpc.Server) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/lockcluster/lockcluster/internal/watchhist"
 	"strconv"
 	"strings"
 	"time"
@@ -39,6 +40,16 @@ import (
 // DefaultWatchProgressInterval is how long a watch sends nothing before it
 // sends a WatchProgress, unless Config.WatchProgressInterval says otherwise.
 const DefaultWatchProgressInterval = time.Second
+
+// DefaultWatchCoalesce is how long a watch woken by an applied entry
+// waits before it reads the history, unless Config.WatchCoalesce says
+// otherwise: the entries applied meanwhile are read, filtered and sent in
+// one round. Every entry wakes every watch on the node; without the wait
+// a thousand watches of a namespace doing 12,000 entries a second woke
+// twelve million times a second, and the raft work of the node starved
+// (docs/benchmarks.md, "Records, watch and semaphores"). It adds at most
+// this much to a change's delivery.
+const DefaultWatchCoalesce = 2 * time.Millisecond
 
 // maxWatchNames bounds the names a watch may list.
 const maxWatchNames = 1024
@@ -186,10 +197,17 @@ func (s *Server) Watch(req *pb.WatchRequest, stream grpc.ServerStreamingServer[p
 	}
 	progress := time.NewTimer(every)
 	defer progress.Stop()
+	coalesce := s.cfg.WatchCoalesce
+	if coalesce == 0 {
+		coalesce = DefaultWatchCoalesce
+	}
+	hold := time.NewTimer(time.Hour)
+	hold.Stop()
+	defer hold.Stop()
 	for {
 		var wake <-chan struct{}
 		if !out.busy {
-			batches, upTo, w, oldest, compacted := s.hist.next(after, watchRound)
+			batches, upTo, w, oldest, compacted := s.hist.Next(after, watchRound)
 			if compacted {
 				return rpcerr.Compacted(s.m.Logical(oldest), fmt.Sprintf("the watch fell behind: node %s no longer holds the changes after index %d (it keeps those after %d); start again from a snapshot", s.cfg.Self.ID, s.m.Logical(after), s.m.Logical(oldest)))
 			}
@@ -203,6 +221,16 @@ func (s *Server) Watch(req *pb.WatchRequest, stream grpc.ServerStreamingServer[p
 		}
 		select {
 		case <-wake:
+			if coalesce > 0 { // more entries to read in the same round
+				hold.Reset(coalesce)
+				select {
+				case <-hold.C:
+				case <-s.done:
+					return toStatus(fmt.Errorf("%w: resume the watch on another node", raftnode.ErrShutdown))
+				case <-ctx.Done():
+					return toStatus(ctx.Err())
+				}
+			}
 		case err := <-out.done:
 			out.finished()
 			if err != nil {
@@ -228,17 +256,17 @@ func (s *Server) Watch(req *pb.WatchRequest, stream grpc.ServerStreamingServer[p
 // changes turns the history's batches into the watch's messages: one per
 // entry with a change the selection matches, at the entry's logical index
 // (sel.logical maps the history's raw one: watchIndexes).
-func (sel *selection) changes(batches []watchBatch) []*pb.WatchResponse {
+func (sel *selection) changes(batches []watchhist.Batch) []*pb.WatchResponse {
 	var msgs []*pb.WatchResponse
 	for _, b := range batches {
 		var wc *pb.WatchChanges
-		for i := range b.changes {
-			c := &b.changes[i]
+		for i := range b.Changes {
+			c := &b.Changes[i]
 			if !sel.matches(c) {
 				continue
 			}
 			if wc == nil {
-				wc = &pb.WatchChanges{Index: sel.logical(b.index), Time: ts(b.time)}
+				wc = &pb.WatchChanges{Index: sel.logical(b.Index), Time: ts(b.Time)}
 			}
 			wc.Changes = append(wc.Changes, changeToPB(c))
 		}

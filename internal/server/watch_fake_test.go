@@ -125,7 +125,7 @@ func expectedChanges(t *testing.T, n *fakeNode, req *pb.WatchRequest, after, upT
 	if err != nil {
 		t.Fatal(err)
 	}
-	batches, _, _, oldest, compacted := n.srv.hist.next(after, 1<<30)
+	batches, _, _, oldest, compacted := n.srv.hist.Next(after, 1<<30)
 	if compacted {
 		t.Fatalf("%s's history starts after %d, not at %d", n.id, oldest, after)
 	}

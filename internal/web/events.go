@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/lockcluster/lockcluster/internal/watchhist"
 	"net"
 	"net/http"
 	"strconv"
@@ -12,7 +13,6 @@ import (
 	"time"
 
 	"github.com/lockcluster/lockcluster/fsm"
-	"github.com/lockcluster/lockcluster/internal/server"
 )
 
 // The page's live feed: GET /api/events, Server-Sent Events from the node's
@@ -77,7 +77,7 @@ type eventRecord struct {
 	Token uint64 `json:"token,omitempty"`
 }
 
-func toEvent(b server.WatchBatch) event {
+func toEvent(b watchhist.Batch) event {
 	ev := event{Index: b.Index, Time: time.Unix(0, b.Time).UTC(), Changes: make([]eventChange, len(b.Changes))}
 	for i := range b.Changes {
 		c := &b.Changes[i]
@@ -139,7 +139,7 @@ func (l *streamLimit) streams() int {
 
 // events serves /api/events.
 type events struct {
-	hist         *server.WatchHistory
+	hist         *watchhist.History
 	limit        *streamLimit
 	heartbeat    time.Duration
 	writeTimeout time.Duration

@@ -24,12 +24,12 @@ package web
 import (
 	"embed"
 	"encoding/json"
+	"github.com/lockcluster/lockcluster/internal/watchhist"
 	"io/fs"
 	"net/http"
 	"time"
 
 	"github.com/lockcluster/lockcluster/fsm"
-	"github.com/lockcluster/lockcluster/internal/server"
 	"github.com/lockcluster/lockcluster/raftnode"
 )
 
@@ -62,7 +62,7 @@ type Options struct {
 	// History, when set, is the node's watch history, which /api/events
 	// streams to the page (events.go); nil: /api/events is 404 and the
 	// page polls /api/state.
-	History *server.WatchHistory
+	History *watchhist.History
 	// maxLocks (tests) bounds the held and the pending locks listed per namespace
 	// (default 200); the counts are always complete.
 	maxLocks int

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"github.com/lockcluster/lockcluster/internal/watchhist"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -13,7 +14,6 @@ import (
 	"time"
 
 	"github.com/lockcluster/lockcluster/fsm"
-	"github.com/lockcluster/lockcluster/internal/server"
 	"github.com/lockcluster/lockcluster/internal/testutil"
 	"github.com/lockcluster/lockcluster/raftnode"
 )
@@ -179,7 +179,7 @@ func TestMembersShowFencedHealth(t *testing.T) {
 type feed struct {
 	t     *testing.T
 	m     *fsm.Machine
-	h     *server.WatchHistory
+	h     *watchhist.History
 	index uint64
 	at    time.Time
 }
@@ -187,7 +187,7 @@ type feed struct {
 func newFeed(t *testing.T, history int) *feed {
 	m := fsm.New()
 	m.KeepChanges(true)
-	return &feed{t: t, m: m, h: server.NewWatchHistory(history), at: time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)}
+	return &feed{t: t, m: m, h: watchhist.New(history), at: time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)}
 }
 
 func (f *feed) apply(cmd fsm.Command) fsm.Result {

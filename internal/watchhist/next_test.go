@@ -1,4 +1,4 @@
-package server
+package watchhist
 
 import (
 	"testing"
@@ -11,7 +11,7 @@ import (
 // index, time and changes, how far the cursor may move, a wake that closes
 // on the next append, and the oldest index when the cursor is compacted.
 func TestWatchHistoryNextFollowsACursor(t *testing.T) {
-	h := NewWatchHistory(4)
+	h := New(4)
 	batches, upTo, wake, _, compacted := h.Next(0, 10)
 	if compacted || len(batches) != 0 || upTo != 0 {
 		t.Fatalf("Next(0) of an empty history: %+v up to %d compacted %v", batches, upTo, compacted)

@@ -1,4 +1,4 @@
-package server
+package watchhist
 
 import (
 	"testing"
@@ -14,10 +14,10 @@ func changesNamed(names ...string) []fsm.Change {
 	return out
 }
 
-func batchIndices(bs []watchBatch) []uint64 {
+func batchIndices(bs []Batch) []uint64 {
 	var out []uint64
 	for _, b := range bs {
-		out = append(out, b.index)
+		out = append(out, b.Index)
 	}
 	return out
 }
@@ -26,20 +26,20 @@ func batchIndices(bs []watchBatch) []uint64 {
 // oldest index a watch can resume from, moves its applied index with
 // entries that changed nothing, and starts over at a restored snapshot.
 func TestWatchHistoryBoundsAndResumes(t *testing.T) {
-	h := NewWatchHistory(5)
+	h := New(5)
 	h.Append(1, 100, changesNamed("a", "b"))
 	h.Append(2, 200, nil) // no changes: applied moves
 	h.Append(3, 300, changesNamed("c", "d"))
 	if h.Oldest() != 0 || h.Applied() != 3 || h.Len() != 4 {
 		t.Fatalf("oldest %d applied %d len %d, want 0, 3, 4", h.Oldest(), h.Applied(), h.Len())
 	}
-	out, upTo, _, _, compacted := h.next(0, 100)
-	if compacted || len(out) != 2 || upTo != 3 || out[0].time != 100 || out[1].changes[1].Names[0] != "d" {
+	out, upTo, _, _, compacted := h.Next(0, 100)
+	if compacted || len(out) != 2 || upTo != 3 || out[0].Time != 100 || out[1].Changes[1].Names[0] != "d" {
 		t.Fatalf("next(0): %v up to %d compacted %v", batchIndices(out), upTo, compacted)
 	}
 	// A round of at most 2 changes: one batch, and the cursor only to it.
-	out, upTo, _, _, _ = h.next(0, 2)
-	if len(out) != 1 || out[0].index != 1 || upTo != 1 {
+	out, upTo, _, _, _ = h.Next(0, 2)
+	if len(out) != 1 || out[0].Index != 1 || upTo != 1 {
 		t.Fatalf("next(0, 2): %v up to %d, want [1] up to 1", batchIndices(out), upTo)
 	}
 	// Past the bound the oldest entry's changes go: index 1 is the oldest
@@ -48,15 +48,15 @@ func TestWatchHistoryBoundsAndResumes(t *testing.T) {
 	if h.Oldest() != 1 || h.Len() != 4 {
 		t.Fatalf("oldest %d len %d, want 1, 4", h.Oldest(), h.Len())
 	}
-	if _, _, _, oldest, compacted := h.next(0, 100); !compacted || oldest != 1 {
+	if _, _, _, oldest, compacted := h.Next(0, 100); !compacted || oldest != 1 {
 		t.Fatalf("next(0) after the drop: compacted %v oldest %d, want compacted at 1", compacted, oldest)
 	}
-	out, upTo, wake, _, _ := h.next(2, 100)
-	if len(out) != 2 || out[0].index != 3 || upTo != 4 {
+	out, upTo, wake, _, _ := h.Next(2, 100)
+	if len(out) != 2 || out[0].Index != 3 || upTo != 4 {
 		t.Fatalf("next(2): %v up to %d", batchIndices(out), upTo)
 	}
 	// A cursor past the applied index stays where it is.
-	if _, upTo, _, _, _ := h.next(9, 100); upTo != 9 {
+	if _, upTo, _, _, _ := h.Next(9, 100); upTo != 9 {
 		t.Fatalf("next(9) moved the cursor to %d", upTo)
 	}
 	// One entry larger than the bound is kept whole, alone.
@@ -79,11 +79,11 @@ func TestWatchHistoryBoundsAndResumes(t *testing.T) {
 	if h.Oldest() != 40 || h.Applied() != 40 || h.Len() != 0 {
 		t.Fatalf("after the restore: oldest %d applied %d len %d, want 40, 40, 0", h.Oldest(), h.Applied(), h.Len())
 	}
-	if _, _, _, oldest, compacted := h.next(5, 100); !compacted || oldest != 40 {
+	if _, _, _, oldest, compacted := h.Next(5, 100); !compacted || oldest != 40 {
 		t.Fatalf("a cursor before the restored snapshot: compacted %v at %d", compacted, oldest)
 	}
 	h.Append(41, 0, changesNamed("g"))
-	if out, upTo, _, _, compacted := h.next(40, 100); compacted || len(out) != 1 || upTo != 41 {
+	if out, upTo, _, _, compacted := h.Next(40, 100); compacted || len(out) != 1 || upTo != 41 {
 		t.Fatalf("next(40) after the restore: %v up to %d compacted %v", batchIndices(out), upTo, compacted)
 	}
 }
