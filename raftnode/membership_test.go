@@ -11,7 +11,12 @@ import (
 
 func TestJoinAndLeave(t *testing.T) {
 	t.Parallel()
-	c := newCluster(t, 3)
+	// Timeouts of a second, not 500 ms: under CI's load the leader lost
+	// its lease mid-test and the steps below met a cluster between
+	// leaders (leader churn is not what this test is about).
+	c := newCluster(t, 3, func(cfg *Config) {
+		cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout = time.Second, time.Second, time.Second
+	})
 	leader := c.waitLeader()
 	want := []string{"a", "b"}
 	propose(t, leader.node, want...)
@@ -23,12 +28,17 @@ func TestJoinAndLeave(t *testing.T) {
 		t.Fatalf("unjoined node knows leader %q / is leader %v", id, n4.node.IsLeader())
 	}
 
-	follower := c.followers(leader)[0]
-	err := follower.node.Join(ctxTimeout(t, 5*time.Second), n4.id, n4.addr)
-	var nle *NotLeaderError
-	if !errors.As(err, &nle) || nle.LeaderID != leader.id || nle.LeaderAddr != leader.addr {
-		t.Fatalf("Join on follower: %v, want NotLeaderError naming %s", err, leader.id)
-	}
+	// A follower refuses, naming the leader (asked again should the
+	// leader change meanwhile).
+	var follower *testNode
+	var err error
+	testutil.Eventually(t, 10*time.Second, "a follower's Join refused, naming the leader", func() bool {
+		leader = c.waitLeader()
+		follower = c.followers(leader)[0]
+		err = follower.node.Join(ctxTimeout(t, 5*time.Second), n4.id, n4.addr)
+		var nle *NotLeaderError
+		return errors.As(err, &nle) && nle.LeaderID == leader.id && nle.LeaderAddr == leader.addr
+	})
 
 	// On a loaded machine the leader may step down meanwhile (a lease
 	// missed while n4 opened its stores): join through whoever leads.
