@@ -8,15 +8,7 @@ import "testing"
 // says abort it), a remembered outcome, an id below the floor, another
 // session or namespace.
 func TestPrecheckReleaseOfAnUnknownRequest(t *testing.T) {
-	m := New()
-	openWithSecret(t, m, 1, "n", "s1") // session 1
-	openWithSecret(t, m, 2, "n", "s2") // session 2
-	idx := uint64(2)
-	apply := func(c Command) Result {
-		t.Helper()
-		idx++
-		return m.Apply(idx, Entry{Cmd: c}).Result
-	}
+	m, apply := twoSessions(t)
 	req := func(s, id uint64, name string) {
 		t.Helper()
 		if r := apply(&Request{Session: s, Namespace: "n", RequestID: id, Names: []string{name}}); r.Err != nil {
@@ -67,15 +59,7 @@ func TestPrecheckReleaseOfAnUnknownRequest(t *testing.T) {
 // refused with exactly Apply's error (CodeNotHolder, naming the current
 // token), and lets through every write Apply may accept.
 func TestPrecheckSetRecord(t *testing.T) {
-	m := New()
-	openWithSecret(t, m, 1, "n", "s1") // session 1
-	openWithSecret(t, m, 2, "n", "s2") // session 2
-	idx := uint64(2)
-	apply := func(c Command) Result {
-		t.Helper()
-		idx++
-		return m.Apply(idx, Entry{Cmd: c}).Result
-	}
+	m, apply := twoSessions(t)
 	for _, c := range []*Request{
 		{Session: 1, Namespace: "n", RequestID: 1, Names: []string{"a"}},               // granted, token 3
 		{Session: 2, Namespace: "n", RequestID: 1, Names: []string{"a"}},               // queued
@@ -120,5 +104,19 @@ func TestPrecheckSetRecord(t *testing.T) {
 	}
 	if err := DefaultLimits().Check(&SetRecord{Session: 1, Namespace: "n", RequestID: 1, Name: "-x"}); codeOf(err) != CodeNotSupported {
 		t.Errorf("Limits.Check of a reserved record name: %v", err)
+	}
+}
+
+// twoSessions is a machine with sessions 1 and 2 open in namespace "n",
+// and a function that applies a command at the next index.
+func twoSessions(t *testing.T) (*Machine, func(Command) Result) {
+	m := New()
+	openWithSecret(t, m, 1, "n", "s1") // session 1
+	openWithSecret(t, m, 2, "n", "s2") // session 2
+	idx := uint64(2)
+	return m, func(c Command) Result {
+		t.Helper()
+		idx++
+		return m.Apply(idx, Entry{Cmd: c}).Result
 	}
 }
