@@ -196,21 +196,7 @@ func checkLinNames(hs *history, o checkOptions, names ...string) checkResult {
 		ops := linOps(hs, name)
 		res, info := porcupine.CheckOperationsVerbose(model, ops, o.LinTimeout)
 		checked = append(checked, fmt.Sprintf("%s (%d ops)", name, len(ops)))
-		switch res {
-		case porcupine.Ok:
-			continue
-		case porcupine.Unknown:
-			r.fail("%s: porcupine could not decide within %s (%d operations)", name, o.LinTimeout, len(ops))
-		default:
-			msg := fmt.Sprintf("%s: not linearizable (%d operations)", name, len(ops))
-			if o.Out != "" {
-				path := filepath.Join(o.Out, "linearizability-"+safeName(name)+".html")
-				if err := porcupine.VisualizePath(model, info, path); err == nil {
-					msg += "; see " + path
-				}
-			}
-			r.fail("%s", msg)
-		}
+		r.porcupine(o, model, res, info, name, len(ops), "not linearizable", "linearizability-")
 	}
 	if len(checked) > 0 {
 		r.note("checked %s", strings.Join(checked, ", "))
@@ -225,4 +211,24 @@ func safeName(s string) string {
 		}
 		return '_'
 	}, s)
+}
+
+// porcupine fails r with porcupine's verdict on name's n operations when it
+// is not Ok: undecided within the timeout, or violated (what says how;
+// with o.Out, the visualisation is written to file+name+".html").
+func (r *checkResult) porcupine(o checkOptions, model porcupine.Model, res porcupine.CheckResult, info porcupine.LinearizationInfo, name string, n int, what, file string) {
+	switch res {
+	case porcupine.Ok:
+	case porcupine.Unknown:
+		r.fail("%s: porcupine could not decide within %s (%d operations)", name, o.LinTimeout, n)
+	default:
+		msg := fmt.Sprintf("%s: %s (%d operations)", name, what, n)
+		if o.Out != "" {
+			path := filepath.Join(o.Out, file+safeName(name)+".html")
+			if err := porcupine.VisualizePath(model, info, path); err == nil {
+				msg += "; see " + path
+			}
+		}
+		r.fail("%s", msg)
+	}
 }

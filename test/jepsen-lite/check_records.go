@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"hash/fnv"
-	"path/filepath"
 	"sort"
 	"strings"
 
@@ -275,20 +274,7 @@ func checkRecordsLinOps(hs *history, ops []*recOp, o checkOptions) checkResult {
 		pops, unknown, skipped := regOps(hs, ops, name)
 		res, info := porcupine.CheckOperationsVerbose(model, pops, o.LinTimeout)
 		checked = append(checked, fmt.Sprintf("%s (%d ops, %d writes of unknown outcome, %d more left out: invoked after a newer grant or the release)", name, len(pops), unknown, skipped))
-		switch res {
-		case porcupine.Ok:
-		case porcupine.Unknown:
-			r.fail("%s: porcupine could not decide within %s (%d operations)", name, o.LinTimeout, len(pops))
-		default:
-			msg := fmt.Sprintf("%s: the record is not linearizable as a register (%d operations)", name, len(pops))
-			if o.Out != "" {
-				path := filepath.Join(o.Out, "records-linearizability-"+safeName(name)+".html")
-				if err := porcupine.VisualizePath(model, info, path); err == nil {
-					msg += "; see " + path
-				}
-			}
-			r.fail("%s", msg)
-		}
+		r.porcupine(o, model, res, info, name, len(pops), "the record is not linearizable as a register", "records-linearizability-")
 	}
 	r.note("checked %s", strings.Join(checked, ", "))
 	return r
