@@ -324,9 +324,14 @@ func (n *Node) join(ctx context.Context, self fsm.Member) {
 // watchHealth reports SERVING through the gRPC health service while the
 // node has a leader and is fit to serve (raftnode.Node.Unfit: not diverged,
 // damaged, failing to write, or behind).
+//
+// It re-checks on every change of this node's leadership as well as on its
+// tick, so a probe right after an election sees the new leader at once.
 func (n *Node) watchHealth(ctx context.Context) {
 	tick := time.NewTicker(200 * time.Millisecond)
 	defer tick.Stop()
+	leadership, cancel := n.raft.SubscribeLeadership()
+	defer cancel()
 	for {
 		st := healthpb.HealthCheckResponse_NOT_SERVING
 		if id, _ := n.raft.Leader(); id != "" && n.raft.Unfit() == nil {
@@ -337,6 +342,10 @@ func (n *Node) watchHealth(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
+		case _, ok := <-leadership:
+			if !ok {
+				leadership = nil
+			}
 		case <-tick.C:
 		}
 	}
