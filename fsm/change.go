@@ -49,3 +49,32 @@ func (a *applier) recordChange(k ChangeKind, r *request, rec *Record) {
 	a.change(k, r, rec.Token, causeNone, "")
 	a.changes[len(a.changes)-1].Record = rec
 }
+
+// changeChunk is how many changes one allocation of Machine.changeBuf
+// holds.
+const changeChunk = 256
+
+// changeSpace returns an empty slice whose capacity is the rest of the
+// machine's change buffer (a fresh chunk when little is left): the
+// entry's changes are appended to it in place.
+func (m *Machine) changeSpace() []Change {
+	if cap(m.changeBuf)-len(m.changeBuf) < 4 {
+		m.changeBuf = make([]Change, 0, changeChunk)
+	}
+	return m.changeBuf[len(m.changeBuf):len(m.changeBuf)]
+}
+
+// takeChanges returns an entry's changes, capped so that no later append
+// writes past them, and moves the buffer past them when they were made
+// in it (an entry with more changes than the buffer had room for was
+// moved to an allocation of its own by append, and leaves it alone).
+func (m *Machine) takeChanges(c []Change) []Change {
+	if len(c) == 0 {
+		return nil
+	}
+	n := len(m.changeBuf)
+	if n < cap(m.changeBuf) && &m.changeBuf[:n+1][n] == &c[0] {
+		m.changeBuf = m.changeBuf[:n+len(c)]
+	}
+	return c[:len(c):len(c)]
+}

@@ -21,6 +21,10 @@ type Machine struct {
 	snapChunk int // objects per chunk when set (by tests)
 	// keepChanges: Apply collects Applied.Changes (KeepChanges).
 	keepChanges bool
+	// changeBuf: the entries' changes are carved from it, one chunk of
+	// changeChunk at a time, so that an entry's changes cost no
+	// allocation of their own (change.go).
+	changeBuf []Change
 	// group is the group this machine was built for (NewGroup): a
 	// snapshot of another group is refused by Restore.
 	group uint16
@@ -53,8 +57,11 @@ func (m *Machine) applyLocked(index uint64, e Entry) Applied {
 	a.st, a.ns, a.index, a.time, a.out, a.own = m.st, nil, index, e.Time, nil, nil
 	a.logical = m.st.logical(index)
 	a.keep, a.changes, a.ownRecords = m.keepChanges, nil, nil
+	if a.keep {
+		a.changes = m.changeSpace()
+	}
 	res := a.apply(e.Cmd)
-	out, changes := a.out, a.changes
+	out, changes := a.out, m.takeChanges(a.changes)
 	if res.Err != nil {
 		changes = nil // a rejected entry changed nothing
 	}

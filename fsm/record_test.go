@@ -1,7 +1,9 @@
 package fsm
 
 import (
+	"fmt"
 	"reflect"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -55,17 +57,18 @@ func TestQueryMatching(t *testing.T) {
 }
 
 // With KeepChanges off (the default) an entry allocates nothing for
-// changes: a contended grant and release cycle allocates fewer objects
-// than with it on.
+// changes: a contended grant and release cycle allocates fewer bytes than
+// with it on, and the machine reserves no change buffer. With it on the
+// changes are carved from the buffer: no allocation of their own.
 func TestChangesOffCostNothing(t *testing.T) {
-	allocs := func(keep bool) float64 {
-		m := New()
+	measure := func(keep bool) (allocs, bytes float64, m *Machine) {
+		m = New()
 		m.KeepChanges(keep)
 		m.Apply(1, Entry{Cmd: &OpenSession{Namespace: "n", TTL: 1e9}})
 		m.Apply(2, Entry{Cmd: &OpenSession{Namespace: "n", TTL: 1e9}})
 		idx, id := uint64(3), uint64(1)
 		m.Apply(idx, Entry{Cmd: &Request{Session: 1, Namespace: "n", RequestID: id, Names: []string{"x"}}})
-		return testing.AllocsPerRun(100, func() {
+		cycle := func() {
 			idx++
 			m.Apply(idx, Entry{Cmd: &Request{Session: 2, Namespace: "n", RequestID: id, Names: []string{"x"}}})
 			idx++
@@ -77,9 +80,68 @@ func TestChangesOffCostNothing(t *testing.T) {
 			m.Apply(idx, Entry{Cmd: &Request{Session: 1, Namespace: "n", RequestID: id, Names: []string{"x"}}})
 			idx++
 			m.Apply(idx, Entry{Cmd: &Release{Session: 2, Namespace: "n", RequestID: id - 1}})
-		})
+		}
+		allocs = testing.AllocsPerRun(100, cycle)
+		const cycles = 2000
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		for range cycles {
+			cycle()
+		}
+		runtime.ReadMemStats(&after)
+		return allocs, float64(after.TotalAlloc-before.TotalAlloc) / cycles, m
 	}
-	if off, on := allocs(false), allocs(true); off >= on {
-		t.Fatalf("allocations per cycle: %v with changes off, %v on", off, on)
+	offAllocs, offBytes, off := measure(false)
+	onAllocs, onBytes, on := measure(true)
+	if offBytes >= onBytes || offAllocs > onAllocs {
+		t.Fatalf("per cycle: %v allocations, %.0f bytes with changes off; %v, %.0f on", offAllocs, offBytes, onAllocs, onBytes)
+	}
+	if off.changeBuf != nil || on.changeBuf == nil {
+		t.Fatalf("change buffer: %d with changes off, %d on", cap(off.changeBuf), cap(on.changeBuf))
+	}
+	if onAllocs != offAllocs {
+		t.Fatalf("changes cost %v allocations per cycle of their own: want 0 (they are carved from the machine's buffer)", onAllocs-offAllocs)
+	}
+}
+
+// The changes an entry returns stay as they were when later entries are
+// applied: the machine carves them from a shared buffer, and neither the
+// next entries nor an entry with more changes than the buffer has room
+// for (a session that ends holding 600 locks) may write over them.
+func TestChangesOutliveLaterEntries(t *testing.T) {
+	m := New()
+	m.KeepChanges(true)
+	type kept struct{ got, want []Change }
+	var all []kept
+	idx := uint64(0)
+	apply := func(c Command) Applied {
+		idx++
+		ap := m.Apply(idx, Entry{Cmd: c})
+		if ap.Result.Err != nil {
+			t.Fatal(ap.Result.Err)
+		}
+		all = append(all, kept{ap.Changes, append([]Change(nil), ap.Changes...)})
+		if len(ap.Changes) > 0 {
+			ap.Changes = append(ap.Changes, Change{Kind: ChangeGranted, Namespace: "written by a caller"}) // must not reach the buffer
+		}
+		return ap
+	}
+	s1 := apply(&OpenSession{Namespace: "n", TTL: 1e9}).Result.Session
+	s2 := apply(&OpenSession{Namespace: "n", TTL: 1e9}).Result.Session
+	for i := range 600 {
+		apply(&Request{Session: s1, Namespace: "n", RequestID: uint64(i + 1), Names: []string{fmt.Sprint("x", i)}})
+	}
+	apply(&CloseSession{Session: s1, Namespace: "n"}) // 600 releases and an end in one entry
+	for i := range 700 {
+		apply(&Request{Session: s2, Namespace: "n", RequestID: uint64(2*i + 1), Names: []string{"y"}})
+		apply(&Release{Session: s2, Namespace: "n", RequestID: uint64(2*i + 1)})
+	}
+	for i, k := range all {
+		if !reflect.DeepEqual(k.got, k.want) {
+			t.Fatalf("entry %d: its changes became %+v, were %+v", i+1, k.got, k.want)
+		}
+	}
+	if n := len(all[602].want); n != 601 {
+		t.Fatalf("the close made %d changes, want 601", n)
 	}
 }

@@ -24,6 +24,7 @@ package watchhist
 import (
 	"sort"
 	"sync"
+	"sync/atomic"
 
 	"github.com/lockcluster/lockcluster/fsm"
 )
@@ -40,16 +41,25 @@ type History struct {
 	mu  sync.RWMutex
 	max int
 	// batches: the changes of each entry that made any, in index order;
-	// n counts their changes.
+	// n counts their changes. The oldest are dropped from its front and
+	// the room they leave is reused (compact), so that a full history
+	// allocates nothing per entry.
 	batches []Batch
 	n       int
+	// front is batches' whole backing array (len = cap): batches is
+	// front[cap(front)-cap(batches):][:len(batches)], and what precedes
+	// it is dropped batches (zeroed).
+	front []Batch
 	// oldest: every change of an entry after it is in batches (a reader
 	// may resume from any index at or above it). applied: the last index
 	// applied (or restored), with changes or without.
 	oldest, applied uint64
 	// wake is closed (and replaced) when applied moves or the history is
-	// reset.
-	wake chan struct{}
+	// reset, if a reader has taken it since it was made (taken, set by
+	// Next under the read lock): a node nobody watches makes and closes
+	// no channel per entry.
+	wake  chan struct{}
+	taken atomic.Bool
 }
 
 // Batch is the changes one applied entry made.
@@ -82,7 +92,10 @@ func (h *History) Append(index uint64, time int64, changes []fsm.Change) {
 		return
 	}
 	if len(changes) > 0 {
-		h.batches = append(h.batches, Batch{Index: index, Time: time, Changes: changes})
+		if len(h.batches) == cap(h.batches) {
+			h.grow()
+		}
+		h.batches = append(h.batches, Batch{Index: index, Time: time, Changes: changes}) // in place: grow made room
 		h.n += len(changes)
 		// Drop the oldest entries' changes past the bound; the newest
 		// entry's stay, however many (one entry's changes are bounded
@@ -108,12 +121,32 @@ func (h *History) Append(index uint64, time int64, changes []fsm.Change) {
 func (h *History) Restored(index uint64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.batches, h.n = nil, 0
+	h.batches, h.front, h.n = nil, nil, 0
 	h.oldest, h.applied = index, index
 	h.wakeLocked()
 }
 
+// grow makes room for one more batch: it moves the live batches to the
+// start of their array when at least half of it is dropped batches (a copy
+// of n batches per n appended), or else to an array twice their number.
+func (h *History) grow() {
+	n := len(h.batches)
+	if dropped := cap(h.front) - cap(h.batches); dropped > 0 && dropped >= n {
+		copy(h.front, h.batches)
+		clear(h.front[n:])
+		h.batches = h.front[:n]
+		return
+	}
+	h.front = make([]Batch, max(16, 2*n))
+	copy(h.front, h.batches)
+	h.batches = h.front[:n]
+}
+
 func (h *History) wakeLocked() {
+	if !h.taken.Load() {
+		return
+	}
+	h.taken.Store(false)
 	close(h.wake)
 	h.wake = make(chan struct{})
 }
@@ -166,5 +199,6 @@ func (h *History) Next(after uint64, maxChanges int) (batches []Batch, upTo uint
 	if j < len(h.batches) {
 		upTo = h.batches[j-1].Index
 	}
+	h.taken.Store(true)
 	return batches, upTo, h.wake, h.oldest, false
 }

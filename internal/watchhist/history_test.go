@@ -87,3 +87,57 @@ func TestWatchHistoryBoundsAndResumes(t *testing.T) {
 		t.Fatalf("next(40) after the restore: %v up to %d compacted %v", batchIndices(out), upTo, compacted)
 	}
 }
+
+// A full history reuses the room its dropped batches leave: appending
+// allocates nothing once it is full, and a reader still gets every batch
+// after its cursor, in order, through many rounds of reuse.
+func TestFullHistoryReusesItsRoom(t *testing.T) {
+	h := New(50)
+	one := changesNamed("a")
+	idx := uint64(0)
+	for range 200 {
+		idx++
+		h.Append(idx, 0, one)
+	}
+	if a := testing.AllocsPerRun(1000, func() { idx++; h.Append(idx, 0, one) }); a != 0 {
+		t.Fatalf("%v allocations per append to a full history, want 0", a)
+	}
+	for range 1000 {
+		idx++
+		h.Append(idx, int64(idx), changesNamed("a", "b")[:1+int(idx%2)])
+		after := idx - 20
+		batches, upTo, _, oldest, compacted := h.Next(after, 1000)
+		if compacted || upTo != idx || len(batches) != 20 {
+			t.Fatalf("at %d: Next(%d): %d batches up to %d, oldest %d, compacted %v", idx, after, len(batches), upTo, oldest, compacted)
+		}
+		for i, b := range batches {
+			if b.Index != after+uint64(i)+1 {
+				t.Fatalf("at %d: batch %d has index %d, want %d", idx, i, b.Index, after+uint64(i)+1)
+			}
+		}
+		if h.Len() > 50 || oldest+50 < idx-25 {
+			t.Fatalf("at %d: %d changes held, oldest %d", idx, h.Len(), oldest)
+		}
+	}
+}
+
+// An entry wakes a reader that took the wake channel, however many
+// entries came before it untaken.
+func TestWakeReachesTheReaderThatWaits(t *testing.T) {
+	h := New(0)
+	for i := uint64(1); i <= 10; i++ {
+		h.Append(i, 0, nil) // nobody waits: no channel is made or closed
+	}
+	_, upTo, wake, _, _ := h.Next(10, 10)
+	select {
+	case <-wake:
+		t.Fatal("woken before anything was applied")
+	default:
+	}
+	h.Append(11, 0, nil)
+	select {
+	case <-wake:
+	default:
+		t.Fatalf("not woken by entry 11 (cursor was at %d)", upTo)
+	}
+}
