@@ -137,7 +137,11 @@ func (e *Error) Error() string {
 // Is matches the sentinel of the error's class.
 func (e *Error) Is(target error) bool {
 	switch e.Reason {
-	case pb.ErrorReason_NOT_SUPPORTED:
+	case pb.ErrorReason_NOT_SUPPORTED, pb.ErrorReason_CLUSTER_LEVEL:
+		// CLUSTER_LEVEL: a feature a member of the cluster does not run yet
+		// (records, semaphores, watch during a rolling upgrade). The
+		// server names it NotSupportedError; the message says which
+		// level is needed.
 		return target == ErrNotSupported
 	case pb.ErrorReason_INVALID:
 		return target == ErrInvalid

@@ -286,6 +286,13 @@ func TestRecordErrorsMap(t *testing.T) {
 	if !final(err) {
 		t.Fatal("NOT_HOLDER is not final: a release with record would be retried forever")
 	}
+	// A feature the cluster's level does not have yet is NotSupportedError.
+	st, _ = status.New(codes.FailedPrecondition, "records need protocol level 3; the cluster runs at 2").WithDetails(&errdetails.ErrorInfo{
+		Reason: pb.ErrorReason_CLUSTER_LEVEL.String(), Metadata: map[string]string{"cluster_level": "2", "needed_level": "3"}})
+	err = fromStatus(st.Err())
+	if !errors.Is(err, ErrNotSupported) || errors.Is(err, ErrSessionClosed) || !final(err) {
+		t.Fatalf("CLUSTER_LEVEL: %v (ErrNotSupported %v)", err, errors.Is(err, ErrNotSupported))
+	}
 }
 
 // A grant carries its names' records to the Lock; one learned from a sync

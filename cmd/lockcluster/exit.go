@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/lockcluster/lockcluster"
+	pb "github.com/lockcluster/lockcluster/api/lockclusterv1"
 )
 
 // exitRemoved is serve's status when this node learns it was removed from
@@ -33,10 +34,21 @@ func (g *globals) exit(err error) error {
 			return &exitError{code: exitUnavailable, msg: hint + " (" + err.Error() + ")"}
 		}
 		return &exitError{code: exitUnavailable, msg: err.Error()}
+	case clusterLevel(err):
+		// Not yet: a member runs a release without the feature. It is
+		// temporary (finish the upgrade), as unavailable is.
+		return &exitError{code: exitUnavailable, msg: err.Error()}
 	case errors.Is(err, lockcluster.ErrInvalid), errors.Is(err, lockcluster.ErrNotSupported):
 		return &exitError{code: exitUsage, msg: err.Error()}
 	}
 	return &exitError{code: exitFailure, msg: err.Error()}
+}
+
+// clusterLevel reports whether err is the cluster's CLUSTER_LEVEL refusal:
+// a feature a member does not run yet (a rolling upgrade in progress).
+func clusterLevel(err error) bool {
+	var e *lockcluster.Error
+	return errors.As(err, &e) && e.Reason == pb.ErrorReason_CLUSTER_LEVEL
 }
 
 // credential names the kind of credential this command presented.

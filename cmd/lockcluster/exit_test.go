@@ -9,7 +9,10 @@ import (
 	"strings"
 	"testing"
 
+	"google.golang.org/grpc/codes"
+
 	"github.com/lockcluster/lockcluster"
+	pb "github.com/lockcluster/lockcluster/api/lockclusterv1"
 )
 
 // Errors a user can act on: a refused credential exits 77 and says which
@@ -93,4 +96,19 @@ func TestActionableErrors(t *testing.T) {
 			t.Fatalf("leave node9: exit %d, %v: %s", code, err, out)
 		}
 	})
+}
+
+// A feature the cluster's protocol level does not have yet (a rolling
+// upgrade in progress) exits 69, as unavailable: a cron job tries again
+// later. A reserved name, which no upgrade changes, exits 64.
+func TestClusterLevelExitsUnavailable(t *testing.T) {
+	g := &globals{}
+	level := &lockcluster.Error{Name: "NotSupportedError", Code: codes.FailedPrecondition, Reason: pb.ErrorReason_CLUSTER_LEVEL, Message: "records need protocol level 3"}
+	if ex, ok := g.exit(level).(*exitError); !ok || ex.code != exitUnavailable || !strings.Contains(ex.msg, "protocol level 3") {
+		t.Fatalf("CLUSTER_LEVEL: %+v", g.exit(level))
+	}
+	reserved := &lockcluster.Error{Name: "NotSupportedError", Code: codes.InvalidArgument, Reason: pb.ErrorReason_NOT_SUPPORTED, Message: `name "-x" is reserved`}
+	if ex, ok := g.exit(reserved).(*exitError); !ok || ex.code != exitUsage {
+		t.Fatalf("NOT_SUPPORTED: %+v", g.exit(reserved))
+	}
 }
