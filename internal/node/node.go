@@ -229,6 +229,7 @@ func (n *Node) start() error {
 	opts = append(opts, grpc.MaxConcurrentStreams(uint32(orDefault(cfg.MaxConcurrentStreams, DefaultMaxConcurrentStreams))))
 	n.grpc = grpc.NewServer(opts...)
 	n.metrics.Health(n.raft)
+	n.metrics.Watches(n.srv.Watches, hist)
 	n.srv.Register(n.grpc)
 	n.health = health.NewServer()
 	healthpb.RegisterHealthServer(n.grpc, n.health)

@@ -445,3 +445,40 @@ func errReason(err error) string {
 	}
 	return ""
 }
+
+// /metrics counts the node's open watches and what its history holds.
+func TestWatchMetrics(t *testing.T) {
+	c := nodetest.Start(t, 1, nodetest.Options{Quiet: true})
+	c.WaitLeader(10 * time.Second)
+	cl := pb.NewLocksClient(rawConn(t, c.Addrs()[0]))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stream, err := cl.Watch(ctx, &pb.WatchRequest{Namespace: "m"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.Recv(); err != nil { // the snapshot
+		t.Fatal(err)
+	}
+	c.WaitFor(5*time.Second, "lockcluster_watches 1", func() bool { return scrape(t, c, 0, "lockcluster_watches") == 1 })
+	open, err := cl.OpenSession(context.Background(), &pb.OpenSessionRequest{Namespace: "m", Ttl: durationpb.New(10 * time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := scrape(t, c, 0, "lockcluster_watch_history_changes"); got != 0 {
+		t.Fatalf("%v changes held before any", got)
+	}
+	if _, err := cl.CloseSession(context.Background(), &pb.CloseSessionRequest{Namespace: "m", SessionId: open.SessionId, SessionSecret: open.Secret}); err != nil {
+		t.Fatal(err)
+	}
+	// The session's end is a change: the history holds it, and the
+	// watch receives it.
+	if got := scrape(t, c, 0, "lockcluster_watch_history_changes"); got != 1 {
+		t.Fatalf("%v changes held after a session ended, want 1", got)
+	}
+	if got := scrape(t, c, 0, "lockcluster_watch_history_oldest_index"); got != 0 {
+		t.Fatalf("oldest index %v, want 0 (nothing dropped, no snapshot restored)", got)
+	}
+	cancel()
+	c.WaitFor(5*time.Second, "lockcluster_watches 0", func() bool { return scrape(t, c, 0, "lockcluster_watches") == 0 })
+}
