@@ -87,9 +87,21 @@ var admissions = map[reflect.Type]Admission{
 		Reason: "the member directory: proposed by the leader for itself and by the Cluster service's Join and Leave, which need an admin credential when auth is on"},
 	cmdType[SetClusterSecret](): {Class: NodeOnly,
 		Reason: "the cluster secret: proposed by a leader whose state has none (or for a member that lacks it), by no RPC; it is never a client's to set"},
+	// The move entries (move_cmd.go) are proposed by the mover and a new
+	// group's first leader, never by a client.
+	cmdType[SetGroup](): {Class: NodeOnly,
+		Reason: "a new group's first leader records its id, by no RPC"},
+	cmdType[Freeze]():      {Class: NodeOnly, Reason: moveReason},
+	cmdType[ImportChunk](): {Class: NodeOnly, Reason: moveReason},
+	cmdType[Import]():      {Class: NodeOnly, Reason: moveReason},
+	cmdType[Reject]():      {Class: NodeOnly, Reason: moveReason},
+	cmdType[Unfreeze]():    {Class: NodeOnly, Reason: moveReason},
+	cmdType[Drop]():        {Class: NodeOnly, Reason: moveReason},
 	cmdType[unknownEntry](): {Class: NodeOnly,
 		Reason: "made only by decoding an ignorable entry of a type this node does not know; never proposed (EncodeEntry cannot encode it)"},
 }
+
+const moveReason = "a slot move's step, proposed by the mover on group 0's leader (groups.md §12), by no client RPC"
 
 func cmdType[T any]() reflect.Type { return reflect.TypeFor[*T]() }
 

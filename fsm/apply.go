@@ -29,6 +29,9 @@ func (a *applier) apply(cmd Command) Result {
 		return a.setClusterSecret(c)
 	case *unknownEntry:
 		return Result{Status: statusIgnored}
+	case *SetGroup, *Freeze, *ImportChunk, *Import, *Reject, *Unfreeze, *Drop:
+		res, _ := a.applyMove(cmd) // move_apply.go
+		return res
 	case nil:
 		return Result{Err: errorf(CodeInvalid, "entry has no command")}
 	}

@@ -17,13 +17,12 @@ const (
 	typeClusterSecret EntryType = 9
 	typeSetRecord     EntryType = 10 // record.go
 
-	// Reserved for the groups (issue 27, groups.md §6.2, where they are
-	// numbered 9 to 15: 9 and 10 were taken since; DESIGN.md, "Groups
-	// groundwork"). Phase 2 applies them; until then this node does not
-	// decode them (newCmd), so an entry of one of these types stops it as
-	// any type unknown to it does, and none of them is ever
-	// ignore-if-unknown: an old node that skipped a Freeze would go on
-	// serving a frozen slot. Their protocol level will be LevelGroups.
+	// The groups' entries (issue 27, groups.md §6.2, where they are
+	// numbered 9 to 15: 9 and 10 were taken since; move_cmd.go, DESIGN.md
+	// "Moves (phase 2)"). None of them is ever ignore-if-unknown: an old
+	// node that skipped a Freeze would go on serving a frozen slot. Their
+	// protocol level is LevelGroups, above this build's ProtocolLevel: the
+	// server does not propose them until phase 3/4 raises it.
 	typeSetGroup    EntryType = 11 // SetGroup{g}: records the group's id
 	typeFreeze      EntryType = 12 // Freeze{slots, epoch, to}: owned → frozen (source)
 	typeImportChunk EntryType = 13 // ImportChunk{slots, epoch, seq, bytes}: staged (target)
@@ -38,21 +37,12 @@ var typeNames = map[EntryType]string{
 	typeExpireSession: "ExpireSession", typeRequest: "Request", typeRelease: "Release",
 	typeAbort: "Abort", typeSetLimits: "SetLimits", typeSetMember: "SetMember",
 	typeClusterSecret: "SetClusterSecret", typeSetRecord: "SetRecord",
-}
-
-// reservedTypeNames names the types reserved above: known by name, not
-// applied (not in typeNames, which lists what this build decodes and
-// gives a protocol level).
-var reservedTypeNames = map[EntryType]string{
 	typeSetGroup: "SetGroup", typeFreeze: "Freeze", typeImportChunk: "ImportChunk",
 	typeImport: "Import", typeReject: "Reject", typeUnfreeze: "Unfreeze", typeDrop: "Drop",
 }
 
 func (t EntryType) String() string {
 	if n, ok := typeNames[t]; ok {
-		return n
-	}
-	if n, ok := reservedTypeNames[t]; ok {
 		return n
 	}
 	return "EntryType(" + itoa(uint64(t)) + ")"

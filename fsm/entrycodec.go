@@ -122,7 +122,7 @@ func newCmd(t EntryType) Command {
 	case typeSetRecord:
 		return &SetRecord{}
 	}
-	return nil
+	return newMoveCmd(t) // move_cmd.go
 }
 
 const (
@@ -216,6 +216,9 @@ func encodeCmd(en *encoder, cmd Command) error {
 		en.byte1(f)
 		en.uvarint(c.AckBelow)
 	default:
+		if encodeMoveCmd(en, cmd) { // move_cmd.go
+			return nil
+		}
 		return fmt.Errorf("fsm: cannot encode command %T", cmd)
 	}
 	return nil
@@ -273,6 +276,8 @@ func decodeCmd(d *decoder, cmd Command) {
 		}
 		c.Delete, c.Release = f&recDelete != 0, f&recRelease != 0
 		c.AckBelow = d.uvarint()
+	default:
+		decodeMoveCmd(d, cmd) // move_cmd.go
 	}
 }
 

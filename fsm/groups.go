@@ -124,9 +124,9 @@ func (st *state) computeOwnsAll() {
 
 // defaultGroups reports whether st's group state is the default, which
 // the snapshot formats before 5 imply: group 0, every slot owned at
-// epoch 0, offset 0. Only then is a snapshot written as before (I4).
+// epoch 0, offset 0, no move in progress (nothing staged or rejected). Only then is a snapshot written as before (I4).
 func (st *state) defaultGroups() bool {
-	if st.group != 0 || st.offset != 0 || !st.ownsAll {
+	if st.group != 0 || st.offset != 0 || !st.ownsAll || !st.mv.empty() {
 		return false
 	}
 	for i := range st.slots {
@@ -262,6 +262,7 @@ func encodeGroups(en *encoder, g *groupsAt) {
 		en.uvarint(uint64(ss.epoch))
 		start = end
 	}
+	encodeMoves(en, &g.moves) // move_snap.go
 }
 
 // decodeGroups reads what encodeGroups wrote into st.
@@ -291,6 +292,11 @@ func decodeGroups(d *decoder, st *state) error {
 		return fmt.Errorf("fsm: snapshot slot table has %d of %d slots", i, Slots)
 	}
 	st.computeOwnsAll()
+	if d.err == nil {
+		if err := decodeMoves(d, st); err != nil { // move_snap.go
+			return err
+		}
+	}
 	if d.err == nil && st.defaultGroups() {
 		// Format 5 is written only for a state that differs (I4): equal
 		// states have equal bytes.
@@ -304,6 +310,7 @@ type groupsAt struct {
 	group  uint16
 	offset uint64
 	slots  [Slots]slotState
+	moves  movesAt // move_snap.go
 }
 
 // checkGroups verifies a restored state against its group (groups.md

@@ -26,16 +26,15 @@ const (
 	// snapshot format that carries them (record.go).
 	LevelRecords = 3
 
-	// LevelGroups (issue 27, groups.md; DESIGN.md, "Groups groundwork")
-	// will add the group entries (SetGroup, Freeze, ImportChunk, Import,
-	// Reject, Unfreeze, Drop: types 11 to 17, reserved in entry.go) and
-	// snapshot format 5, which carries a group's id, token offset and
-	// slot table. This build reads and writes format 5 but applies none
-	// of those entries, and nothing in a server makes a state that needs
-	// format 5 (only NewGroup(g ≥ 1) or a non-zero offset does): so it is
-	// not this build's ProtocolLevel, which must not admit a Freeze that
-	// this build cannot apply. The release that applies them raises
-	// ProtocolLevel to it.
+	// LevelGroups (issue 27, groups.md; DESIGN.md, "Groups groundwork"
+	// and "Moves (phase 2)") adds the group entries (SetGroup, Freeze,
+	// ImportChunk, Import, Reject, Unfreeze, Drop: types 11 to 17,
+	// move_cmd.go) and snapshot format 5, which carries a group's id,
+	// token offset, slot table and moves in progress. This build decodes
+	// and applies them, but it is not yet this build's ProtocolLevel: the
+	// server's side of a move (I3's renewal check, streams, the router:
+	// phases 3 and 4) does not exist, so no gate may admit a Freeze. The
+	// release that brings it raises ProtocolLevel to LevelGroups.
 	LevelGroups = 4
 
 	// ProtocolLevel is the level this build supports.
@@ -64,6 +63,13 @@ var entryLevels = map[EntryType]struct {
 	typeSetMember:     {LevelBase, "the member directory"},
 	typeClusterSecret: {LevelClusterSecret, "the cluster secret"},
 	typeSetRecord:     {LevelRecords, "records"},
+	typeSetGroup:      {LevelGroups, "groups"},
+	typeFreeze:        {LevelGroups, "slot moves"},
+	typeImportChunk:   {LevelGroups, "slot moves"},
+	typeImport:        {LevelGroups, "slot moves"},
+	typeReject:        {LevelGroups, "slot moves"},
+	typeUnfreeze:      {LevelGroups, "slot moves"},
+	typeDrop:          {LevelGroups, "slot moves"},
 }
 
 // snapLevels: the level that introduced each snapshot format version.

@@ -17,7 +17,9 @@ func TestEveryEntryTypeHasALevel(t *testing.T) {
 			t.Errorf("%s has no protocol level (level.go)", typ)
 			continue
 		}
-		if l.level < LevelBase || l.level > ProtocolLevel || l.feature == "" {
+		// The group entries are LevelGroups', above ProtocolLevel until
+		// the server's side of a move exists (level.go).
+		if l.level < LevelBase || (l.level > ProtocolLevel && l.level != LevelGroups) || l.feature == "" {
 			t.Errorf("%s: level %d, feature %q", typ, l.level, l.feature)
 		}
 		if newCmd(typ) == nil {

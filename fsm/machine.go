@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"fmt"
 	"sync"
 )
 
@@ -19,6 +20,9 @@ type Machine struct {
 	// read lock between chunks.
 	snapYield func()
 	snapChunk int // objects per chunk when set (by tests)
+	// exportChunk bounds an export's chunks in objects when set (by
+	// tests; move_export.go).
+	exportChunk int
 	// keepChanges: Apply collects Applied.Changes (KeepChanges).
 	keepChanges bool
 	// changeBuf: the entries' changes are carved from it, one chunk of
@@ -52,6 +56,11 @@ func (m *Machine) applyLocked(index uint64, e Entry) Applied {
 	if err := checkRawIndex(index); err != nil {
 		return Applied{Result: Result{Err: err}}
 	}
+	if c, ok := e.Cmd.(*SetGroup); ok && c != nil {
+		if err := wrongGroup(c, m.st.group); err != nil { // move_apply.go: nothing changes
+			return Applied{Result: Result{Err: err}}
+		}
+	}
 	m.st.lastIndex = index
 	a := &m.a
 	a.st, a.ns, a.index, a.time, a.out, a.own = m.st, nil, index, e.Time, nil, nil
@@ -70,7 +79,8 @@ func (m *Machine) applyLocked(index uint64, e Entry) Applied {
 }
 
 // ApplyBytes decodes an entry and applies it. An error means the entry
-// could not be decoded, or its index is at or past MaxRawIndex: the state
+// could not be decoded, or its index is at or past MaxRawIndex, or it is
+// a SetGroup of another group (move_cmd.go): the state
 // is unchanged and the caller must stop the replica before its state
 // diverges from the others.
 func (m *Machine) ApplyBytes(index uint64, data []byte) (Applied, error) {
@@ -80,6 +90,11 @@ func (m *Machine) ApplyBytes(index uint64, data []byte) (Applied, error) {
 	e, err := DecodeEntry(data)
 	if err != nil {
 		return Applied{}, err
+	}
+	if c, ok := e.Cmd.(*SetGroup); ok && c.Group != m.group {
+		// Another group's log (move_cmd.go): as fatal as an undecodable
+		// entry.
+		return Applied{}, fmt.Errorf("fsm: entry %d: %w", index, wrongGroup(c, m.group))
 	}
 	return m.Apply(index, e), nil
 }

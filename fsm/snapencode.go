@@ -57,7 +57,7 @@ func (m *Machine) begin() *Snap {
 		requests: len(st.requests), sessions: len(st.sessions), head: st.sessHead, secret: st.clusterSecret,
 		records: st.usesRecords()}
 	if !st.defaultGroups() {
-		sn.groups = &groupsAt{group: st.group, offset: st.offset, slots: st.slots}
+		sn.groups = &groupsAt{group: st.group, offset: st.offset, slots: st.slots, moves: captureMoves(&st.mv)}
 	}
 	sn.members = make([]Member, 0, len(st.members))
 	for _, mb := range st.members {

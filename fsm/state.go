@@ -39,6 +39,9 @@ type state struct {
 	ownsAll bool
 	slots   [Slots]slotState
 	ownLast *session
+	// mv is the moves in progress (move_state.go): SetGroup, the frozen
+	// slots' Freezes, the rejected epochs and the staged imports.
+	mv moveState
 }
 
 type reqKey struct{ session, id uint64 }
@@ -79,6 +82,15 @@ func (st *state) linkSession(s *session) {
 	for after != nil && after.id > s.id {
 		after = after.older
 	}
+	st.linkAfter(after, s)
+	if own && (st.ownLast == nil || s.id > st.ownLast.id) {
+		st.ownLast = s
+	}
+}
+
+// linkAfter links s right after after (nil: at the head), freezing the
+// neighbours it relinks for copy-on-write. The caller keeps the id order.
+func (st *state) linkAfter(after, s *session) {
 	var before *session // s goes between after and before
 	if after != nil {
 		before = after.newer
@@ -97,9 +109,6 @@ func (st *state) linkSession(s *session) {
 		before.older = s
 	} else {
 		st.sessTail = s
-	}
-	if own && (st.ownLast == nil || s.id > st.ownLast.id) {
-		st.ownLast = s
 	}
 }
 
