@@ -80,6 +80,12 @@ type harness struct {
 	names   map[uint64]string
 	sawTime bool
 	changes bool // print changes (KeepChanges is on)
+	// Several machines (move_scenario_test.go): the current one is m,
+	// at index; the others wait in ms and idx by name.
+	cur    string
+	ms     map[string]*Machine
+	idx    map[string]uint64
+	export *Export // the last export
 }
 
 func newHarness() *harness {
@@ -264,6 +270,13 @@ func (h *harness) run(t *testing.T, f []string) string {
 		}
 		c = &SetLimits{Limits: l}
 	default:
+		if out, c2, ok := h.moveCmd(t, cmd, pos, opts, flags); ok { // move_scenario_test.go
+			if c2 == nil {
+				return out
+			}
+			c = c2
+			break
+		}
 		t.Fatalf("unknown command %q", cmd)
 	}
 	return h.apply(t, strings.Join(f, " "), c, cmd == "open", pos)
@@ -280,7 +293,7 @@ func positional(cmd string) int {
 	case "open", "close", "expire", "index", "time", "query", "changes", "getrecord":
 		return 1
 	}
-	return 0
+	return movePositional(cmd)
 }
 
 func splitNames(s string) []string {
@@ -482,7 +495,7 @@ func (h *harness) query(ns string) string {
 }
 
 func (h *harness) snapshot(t *testing.T) string {
-	m2 := New()
+	m2 := NewGroup(h.m.Group())
 	if err := m2.Restore(bytes.NewReader(h.m.Snapshot())); err != nil {
 		return fmt.Sprintf("restore failed: %v\n", err)
 	}
