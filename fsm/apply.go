@@ -210,9 +210,14 @@ func (a *applier) setLimits(c *SetLimits) Result {
 	}
 	a.st.limits = c.Limits
 	// A lowered maxFinished applies at once. Each session is trimmed on its
-	// own, so the map's order does not matter.
+	// own, so the map's order does not matter. A session of a frozen slot
+	// is left as it is (nothing in a frozen slot changes, so that its
+	// export is the state at Freeze): the target trims it at Import, to
+	// the limit in force there (move_apply.go).
 	for _, s := range a.st.sessions {
-		s.trim(c.Limits.maxFinished)
+		if a.st.ownsAll || a.st.owns(s.ns.name) == nil {
+			s.trim(c.Limits.maxFinished)
+		}
 	}
 	return Result{Status: statusOK}
 }

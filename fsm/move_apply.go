@@ -217,6 +217,7 @@ func (st *state) adopt(sg *stage) {
 		st.nRecords += len(ns.records)
 	}
 	for _, s := range sg.sessions {
+		s.trim(st.limits.maxFinished) // SetLimits skipped it while frozen
 		st.sessions[s.id] = s
 		for r := s.liveHead; r != nil; r = r.snext {
 			st.requests[r.key()] = r
