@@ -207,6 +207,9 @@ func (h *mvHarness) check(t *rapid.T, i int, ap Applied) {
 func (h *mvHarness) command(t *rapid.T) {
 	cmd := h.g.draw(t, h.mdl)
 	h.time += int64(rapid.IntRange(0, 3).Draw(t, "dt"))
+	if c, ok := cmd.(*OpenSession); ok {
+		c.SecretHash = mvSecretHash // so that ended sessions leave tombstones, which move
+	}
 	if c, ok := cmd.(*SetLimits); ok { // group-level: every group applies it
 		// A move in progress ends first: SetLimits does not trim the
 		// outcomes of a frozen slot's sessions, Import trims them to the
@@ -259,6 +262,38 @@ func (h *mvHarness) command(t *rapid.T) {
 	}
 	h.same(t, ns, got, h.oracle(cmd), cmd)
 	h.compareQueries(t)
+	h.compareCheck(t)
+}
+
+func errCode(e *Error) Code {
+	if e == nil {
+		return codeOK
+	}
+	return e.Code
+}
+
+var mvSecret = []byte("secret")
+var mvSecretHash = HashSecret(mvSecret)
+
+// compareCheck compares CheckSession of a session the oracle opened
+// (live or ended: its tombstone moved with its slot) on the machine that
+// owns its namespace with the oracle's answer.
+func (h *mvHarness) compareCheck(t *rapid.T) {
+	if len(h.g.ids) == 0 {
+		return
+	}
+	o := rapid.SampledFrom(h.g.ids).Draw(t, "checkSession")
+	ns := h.g.ns[o]
+	for i, m := range h.ms {
+		if m.Owns(ns) != nil {
+			continue
+		}
+		for _, secret := range [][]byte{mvSecret, []byte("wrong")} {
+			if g, w := errCode(m.CheckSession(h.csid(o), ns, secret)), errCode(h.o.CheckSession(o, ns, secret)); g != w {
+				t.Fatalf("CheckSession(%d, %s) on machine %d: %v, the oracle's %v", h.csid(o), ns, i, g, w)
+			}
+		}
+	}
 }
 
 // oracle applies cmd to the oracle and the model.
