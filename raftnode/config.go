@@ -3,10 +3,12 @@ package raftnode
 import (
 	"fmt"
 	"net"
+	"strconv"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+	wal "github.com/hashicorp/raft-wal"
 )
 
 // Defaults applied by New to zero-valued Config fields. The timeouts are
@@ -50,6 +52,15 @@ type Config struct {
 	// whose log is in raft.db moves it into the WAL once at start; a
 	// directory with a WAL stays with it.
 	LogStore string
+	// WALSegmentSize caps the size of the raft-wal log's segments (each is
+	// preallocated): 0 is raft-wal's 64 MiB. Groups other than a cluster's
+	// first use 8 MiB (groups.md §4.1). A disk with little free space
+	// gets smaller segments still (diskguard.go). At least 1 MiB.
+	WALSegmentSize int
+	// WALMetricLabels label the raft-wal metrics this node reports
+	// (lockcluster_raft_wal_*), so that the logs of several groups in one
+	// process can be told apart; none by default.
+	WALMetricLabels map[string]string
 	// BindAddr is the raft TCP listen address, e.g. "127.0.0.1:7701", or
 	// "127.0.0.1:0" to let the OS pick a port (tests). Required unless
 	// StreamLayer is set.
@@ -181,6 +192,9 @@ func (c Config) validate() error {
 	}
 	if c.LogStore != "" && c.LogStore != LogStoreWAL && c.LogStore != LogStoreBolt {
 		return bad("LogStore", c.LogStore, "want "+LogStoreWAL+" or "+LogStoreBolt)
+	}
+	if c.WALSegmentSize != 0 && (c.WALSegmentSize < minSegmentSize || c.WALSegmentSize > wal.DefaultSegmentSize) {
+		return bad("WALSegmentSize", strconv.Itoa(c.WALSegmentSize), fmt.Sprintf("want 0 (the default) or %d to %d bytes", minSegmentSize, wal.DefaultSegmentSize))
 	}
 	if c.StreamLayer == nil {
 		if c.BindAddr == "" {

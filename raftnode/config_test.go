@@ -34,6 +34,9 @@ func TestConfigValidate(t *testing.T) {
 		{"lease above heartbeat", func(c *Config) { c.LeaderLeaseTimeout = time.Second }, []string{"LeaderLeaseTimeout"}, true},
 		{"negative heartbeat", func(c *Config) { c.HeartbeatTimeout = -1 }, []string{"HeartbeatTimeout="}, true},
 		{"too many append entries", func(c *Config) { c.maxAppendEntries = 2000 }, []string{`MaxAppendEntries="2000"`}, true},
+		{"WAL segments too small", func(c *Config) { c.WALSegmentSize = 4096 }, []string{`WALSegmentSize="4096"`, "1048576"}, true},
+		{"WAL segments too big", func(c *Config) { c.WALSegmentSize = 1 << 30 }, []string{`WALSegmentSize="1073741824"`}, true},
+		{"8 MiB WAL segments", func(c *Config) { c.WALSegmentSize = 8 << 20 }, nil, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := valid

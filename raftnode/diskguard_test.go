@@ -61,7 +61,7 @@ func TestDiskGuardReopensWhenSpaceReturns(t *testing.T) {
 		t.Fatal(err)
 	}
 	var logs testutil.Buffer
-	g, err := openWAL(dir, bufferLogger(t, &logs))
+	g, err := openWAL(dir, walOptions{}, bufferLogger(t, &logs))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,7 +178,7 @@ func TestDiskGuardReopensWhenSpaceReturns(t *testing.T) {
 func TestDiskGuardTruncatesOnlyWithRoom(t *testing.T) {
 	mnt := testutil.Tmpfs(t, 8<<20)
 	dir := filepath.Join(mnt, "wal")
-	g, err := openWAL(dir, testLogger(t, "guard"))
+	g, err := openWAL(dir, walOptions{}, testLogger(t, "guard"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -427,4 +427,32 @@ func TestDiskGuardOpensAWALClosedMidRotation(t *testing.T) {
 		g.Close()
 	}
 	t.Logf("raft-wal alone refused appends after %d of 20 closes mid-rotation", sealedSeen)
+}
+
+// Config.WALSegmentSize caps the raft-wal segments a node preallocates
+// (groups other than a cluster's first use 8 MiB): the log's segment
+// files are that size, not raft-wal's 64 MiB.
+func TestWALSegmentSize(t *testing.T) {
+	dir := t.TempDir()
+	n, err := New(Config{ID: "solo", DataDir: dir, BindAddr: "127.0.0.1:0", Bootstrap: []Peer{{ID: "solo"}},
+		Logger: testLogger(t, "solo"), WALSegmentSize: 8 << 20, WALMetricLabels: map[string]string{"group": "3"}}, &listFSM{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Shutdown(context.Background())
+	testutil.Eventually(t, 10*time.Second, "leadership", n.IsLeader)
+	propose(t, n, "a", "b")
+	segs, _ := filepath.Glob(filepath.Join(dir, "wal", "*.wal"))
+	if len(segs) == 0 {
+		t.Fatal("no raft-wal segment")
+	}
+	for _, s := range segs {
+		fi, err := os.Stat(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Size() != 8<<20 {
+			t.Fatalf("segment %s is %d bytes, want %d", filepath.Base(s), fi.Size(), 8<<20)
+		}
+	}
 }

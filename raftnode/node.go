@@ -91,7 +91,7 @@ func (n *Node) open(fsm raft.FSM) error {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return fmt.Errorf("raftnode: data dir: %w", err)
 	}
-	st, err := openStores(cfg.DataDir, cfg.LogStore, n.logger)
+	st, err := openStores(cfg.DataDir, cfg.LogStore, cfg.walOptions(), n.logger)
 	if err != nil {
 		return err
 	}

@@ -110,7 +110,7 @@ func openOffline(dir string, logger hclog.Logger, what string) (_ *offline, err 
 	if _, err := os.Stat(filepath.Join(dir, "wal")); err == nil {
 		kind = LogStoreWAL
 	}
-	st, err := openStores(dir, kind, logger)
+	st, err := openStores(dir, kind, walOptions{}, logger) // an existing log: its segments keep their size
 	if err != nil {
 		var d *storageDamage
 		if errors.As(err, &d) {

@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/hashicorp/go-hclog"
+	gometrics "github.com/hashicorp/go-metrics/compat"
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	wal "github.com/hashicorp/raft-wal"
@@ -44,7 +47,7 @@ type stores struct {
 // openStores locks the data directory and opens the stores. A directory
 // whose log is still in raft.db (written before raft-wal, or with
 // LogStoreBolt) is migrated once into the WAL when kind is LogStoreWAL.
-func openStores(dir, kind string, logger hclog.Logger) (st *stores, err error) {
+func openStores(dir, kind string, wo walOptions, logger hclog.Logger) (st *stores, err error) {
 	st = &stores{}
 	defer func() {
 		if err != nil {
@@ -90,11 +93,11 @@ func openStores(dir, kind string, logger hclog.Logger) (st *stores, err error) {
 		log = st.stable
 	case LogStoreWAL, "":
 		if !hasWAL {
-			if err := migrateToWAL(dir, st.stable, logger); err != nil {
+			if err := migrateToWAL(dir, st.stable, wo, logger); err != nil {
 				return st, err
 			}
 		}
-		if st.wal, err = openWAL(walDir, logger); err != nil {
+		if st.wal, err = openWAL(walDir, wo, logger); err != nil {
 			return st, err
 		}
 		if err := dropBoltLog(st.stable, logger); err != nil {
@@ -193,7 +196,17 @@ type plainLogs struct{ raft.LogStore }
 // openWAL opens the raft-wal log in dir behind a diskGuard. Its segments
 // are smaller than raft-wal's 64 MiB when the disk has little room
 // (segmentSizeFor); a disk with too little refuses to start.
-func openWAL(dir string, logger hclog.Logger) (*diskGuard, error) {
+// walOptions are the Config fields that shape the raft-wal log.
+type walOptions struct {
+	segmentSize int               // Config.WALSegmentSize: the cap (0: raft-wal's default)
+	labels      map[string]string // Config.WALMetricLabels
+}
+
+func (c *Config) walOptions() walOptions {
+	return walOptions{segmentSize: c.WALSegmentSize, labels: c.WALMetricLabels}
+}
+
+func openWAL(dir string, wo walOptions, logger hclog.Logger) (*diskGuard, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("raftnode: %w", err)
 	}
@@ -205,9 +218,17 @@ func openWAL(dir string, logger hclog.Logger) (*diskGuard, error) {
 	if segSize != wal.DefaultSegmentSize {
 		logger.Warn("little free space for the raft log: smaller raft-wal segments", "path", dir, "segment_size", fmtBytes(uint64(segSize)))
 	}
+	if wo.segmentSize > 0 {
+		segSize = min(segSize, wo.segmentSize)
+	}
 	// raft-wal's counters and gauges go to go-metrics' global instance,
-	// with raft's own metrics: /metrics shows them as lockcluster_raft_wal_*.
-	mc := walmetrics.NewGoMetricsCollector([]string{"raft", "wal"}, nil, nil)
+	// with raft's own metrics: /metrics shows them as lockcluster_raft_wal_*,
+	// labelled as the node's Config says.
+	var labels []gometrics.Label
+	for _, k := range slices.Sorted(maps.Keys(wo.labels)) {
+		labels = append(labels, gometrics.Label{Name: k, Value: wo.labels[k]})
+	}
+	mc := walmetrics.NewGoMetricsCollector([]string{"raft", "wal"}, labels, nil)
 	open := func() (*wal.WAL, error) {
 		return wal.Open(dir, wal.WithLogger(logger.Named("wal")), wal.WithMetricsCollector(mc), wal.WithSegmentSize(segSize))
 	}
@@ -221,7 +242,7 @@ func openWAL(dir string, logger hclog.Logger) (*diskGuard, error) {
 // migrateToWAL copies the log in raft.db, if it has one, into a new WAL,
 // and moves it into place only once it is complete: a node stopped during
 // the copy starts it over.
-func migrateToWAL(dir string, bolt *raftboltdb.BoltStore, logger hclog.Logger) error {
+func migrateToWAL(dir string, bolt *raftboltdb.BoltStore, wo walOptions, logger hclog.Logger) error {
 	first, err := bolt.FirstIndex()
 	if err != nil {
 		return fmt.Errorf("raftnode: reading the bolt log: %w", err)
@@ -238,7 +259,7 @@ func migrateToWAL(dir string, bolt *raftboltdb.BoltStore, logger hclog.Logger) e
 		return fmt.Errorf("raftnode: %w", err)
 	}
 	logger.Info("moving the raft log from raft.db into raft-wal (once)", "first", first, "last", last)
-	w, err := openWAL(tmp, logger)
+	w, err := openWAL(tmp, wo, logger)
 	if err != nil {
 		return err
 	}
