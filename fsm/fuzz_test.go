@@ -425,6 +425,17 @@ func fuzzSeeds(tb testing.TB) [][]byte {
 		&Request{Session: 1, Namespace: "n1", RequestID: 7, Names: []string{"s", "t"}, Mode: Shared, MaxHolders: 1},
 		&Request{Session: 2, Namespace: "n1", RequestID: 7, Names: []string{"b"}, Mode: Shared, MaxHolders: 2},
 		&Request{Session: 2, Namespace: "n1", RequestID: 7, Names: []string{"s"}, MaxHolders: math.MaxUint32},
+		// The move entries (move_cmd.go): "n1" is slot 2796.
+		&SetGroup{Group: 0}, &SetGroup{Group: 3}, &SetGroup{Group: math.MaxUint16},
+		&Freeze{Slots: []uint16{2796}, Epoch: 1, To: 1}, &Freeze{Slots: []uint16{0, 2796, Slots - 1}, Epoch: math.MaxUint32, To: 2},
+		&Freeze{Slots: []uint16{2796}, Epoch: 0, To: 1}, &Freeze{Slots: []uint16{2796}, Epoch: 1, To: 0},
+		&ImportChunk{Slots: []uint16{5}, Epoch: 1, Seq: 0, Data: []byte{tagSession, 1, 0}},
+		&ImportChunk{Slots: []uint16{2796}, Epoch: 2, Seq: 1, Data: []byte(big)},
+		&Import{Slots: []uint16{5}, Epoch: 1, N: 0, FloorL: max, SHA256: chunkSum(nil)},
+		&Import{Slots: []uint16{2796}, Epoch: 1, N: 3, FloorL: 4},
+		&Reject{Slots: []uint16{5}, Epoch: 1}, &Reject{Slots: []uint16{2796}, Epoch: 9},
+		&Unfreeze{Slots: []uint16{2796}, Epoch: 1}, &Unfreeze{Slots: []uint16{2796}, Epoch: 0},
+		&Drop{Slots: []uint16{2796}, Epoch: 1}, &Drop{Slots: []uint16{1, 2}, Epoch: 1},
 	}
 	var out [][]byte
 	for _, c := range cmds {
