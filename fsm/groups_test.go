@@ -490,6 +490,9 @@ func FuzzRestoreGroups(f *testing.F) {
 	for _, b := range groupSnapshots(f) {
 		f.Add(b)
 	}
+	a, b, _, _, _ := movingMachines(f) // moves in progress (move_snapshot_test.go)
+	f.Add(a.Snapshot())
+	f.Add(b.Snapshot())
 	f.Add(New().Snapshot())
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if len(b) >= 4 { // get past the CRC: fix it

@@ -17,7 +17,7 @@ import (
 // session ids), "b" frozen on A and half staged on B, a rejected move of
 // "c" on B, and a session B opened itself. The export of "b" is returned
 // for the rest of its import.
-func movingMachines(t *testing.T) (a, b *Machine, x *Export, nextA, nextB uint64) {
+func movingMachines(t testing.TB) (a, b *Machine, x *Export, nextA, nextB uint64) {
 	t.Helper()
 	a, b = New(), NewGroup(1)
 	ia, ib := uint64(0), uint64(0)
