@@ -1,4 +1,4 @@
-// Package mux shares one raft listener between several Raft groups
+// Package raftmux shares one raft listener between several Raft groups
 // (issue 27; ../shared/design/groups.md §10.1). Each group gets a
 // raft.StreamLayer (Layer) for its own hashicorp/raft NetworkTransport;
 // the connections of all of them arrive on one port.
@@ -18,7 +18,7 @@
 // tls.Listener and a TLS dialer) the header is the first byte after the
 // handshake. Closing one group's Layer stops its Accept and nothing else;
 // Close closes the listener and every Layer.
-package mux
+package raftmux
 
 import (
 	"bufio"
@@ -52,7 +52,7 @@ const (
 
 // ErrClosed is Accept's error once the Layer (or the whole Mux) is
 // closed.
-var ErrClosed = errors.New("mux: closed")
+var ErrClosed = errors.New("raftmux: closed")
 
 // Dialer opens a connection to a peer's raft address (plain TCP, or TLS
 // with the peer's certificate checked).
@@ -297,7 +297,7 @@ func (l *Layer) Dial(address raft.ServerAddress, timeout time.Duration) (net.Con
 	c.SetWriteDeadline(time.Now().Add(timeout))
 	if _, err := c.Write(hdr); err != nil {
 		c.Close()
-		return nil, fmt.Errorf("mux: group %d header to %s: %w", l.group, address, err)
+		return nil, fmt.Errorf("raftmux: group %d header to %s: %w", l.group, address, err)
 	}
 	c.SetWriteDeadline(time.Time{})
 	return c, nil

@@ -1,4 +1,4 @@
-package mux
+package raftmux
 
 import (
 	"crypto/tls"
