@@ -238,3 +238,73 @@ func TestMoveSnapshotRefusals(t *testing.T) {
 		})
 	}
 }
+
+// TestMoveSnapshotCOW: an Import (with the requests it lets in after)
+// and a Drop applied while a snapshot is encoded, at every object the
+// encoder visits, leave the snapshot the state at its point
+// (copy-on-write, cow.go): the bytes equal those of a snapshot taken at
+// the point with nothing applied.
+func TestMoveSnapshotCOW(t *testing.T) {
+	for k := 1; ; k++ {
+		a, b, x, ia, ib := movingMachines(t)
+		steps := map[*Machine]func(){
+			b: func() {
+				i := ib
+				for _, c := range append(append([]Command{}, commandsOf(x.ImportChunks()[2:])...), x.Import(),
+					&Release{Session: 4, Namespace: "b", RequestID: 1},
+					&OpenSession{Namespace: "b", TTL: 1e9},
+					&Request{Session: 1, Namespace: "default", RequestID: 9, Names: []string{"x"}}) {
+					i++
+					if res := b.Apply(i, Entry{Cmd: c}).Result; res.Err != nil {
+						t.Fatalf("%s: %v", fmtCmd(c), res.Err)
+					}
+				}
+			},
+			a: func() {
+				if res := a.Apply(ia+1, Entry{Cmd: &Drop{Slots: x.Slots, Epoch: 1}}).Result; res.Err != nil {
+					t.Fatal(res.Err)
+				}
+			},
+		}
+		reached := 0
+		for m, step := range steps {
+			want := m.Snapshot()
+			sn := m.BeginSnapshot()
+			m.snapChunk = 1
+			n := 0
+			m.snapYield = func() {
+				if n++; n == k { // the encoder let the read lock go
+					step()
+				}
+			}
+			got, err := sn.Encode()
+			m.snapYield = nil
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Fatalf("a move entry at object %d changed the snapshot being encoded", k)
+			}
+			if err := checkState(m.st); err != nil {
+				t.Fatal(err)
+			}
+			if n >= k {
+				reached++
+			}
+		}
+		if reached == 0 {
+			if k < 10 {
+				t.Fatalf("only %d objects encoded", k)
+			}
+			return // k is past every object of both
+		}
+	}
+}
+
+func commandsOf(cs []*ImportChunk) []Command {
+	out := make([]Command, len(cs))
+	for i, c := range cs {
+		out[i] = c
+	}
+	return out
+}
