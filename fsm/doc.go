@@ -53,8 +53,13 @@
 // tokens and indexes that are logical: the Raft index plus the group's
 // offset. Group 0, which New makes, owns every slot with offset 0, so
 // with one group tokens are the Raft index and everything is as before.
-// The entries that move slots between groups are reserved, not yet
-// applied.
+// Seven entries move slots between groups inside the state machine
+// (move_*.go; DESIGN.md, "Moves (phase 2)"): Freeze on the source, an
+// Export of the frozen slots, ImportChunk and Import on the target (which
+// raises its offset above the source's Freeze, so tokens only grow),
+// then Drop on the source; or, to abort, Reject on the target and then
+// Unfreeze on the source. They are at LevelGroups, which no server
+// proposes yet.
 //
 // See DESIGN.md beside this file for the invariants and the mapping of
 // every function to a step of the spec.

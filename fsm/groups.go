@@ -14,9 +14,10 @@ import (
 // state and the checks and changes nothing for group 0, which is built
 // owning every slot at epoch 0 with a token offset of 0: that is every
 // machine New makes, every old data directory and every old snapshot
-// (groups.md I4). Nothing yet changes a slot or the offset: the entries
-// that will (Freeze, ImportChunk, Import, Reject, Unfreeze, Drop, and
-// SetGroup) are reserved in entry.go and applied from phase 2 on.
+// (groups.md I4). Phase 2 (move_*.go; DESIGN.md, "Moves (phase 2)")
+// changes slots and the offset with the move entries: Freeze (owned →
+// frozen), Import (absent or gone → owned, offset raised), Unfreeze
+// (frozen → owned) and Drop (frozen → gone).
 
 // Slots is the number of slots namespaces hash into. It is part of the
 // data format: it never changes.
@@ -110,8 +111,8 @@ func (st *state) ownAllSlots() {
 	st.ownsAll = true
 }
 
-// computeOwnsAll recomputes ownsAll from the table (after a restore; in
-// phase 2, after every entry that changes a slot).
+// computeOwnsAll recomputes ownsAll from the table (after a restore, and
+// after every move entry that changes a slot).
 func (st *state) computeOwnsAll() {
 	for i := range st.slots {
 		if st.slots[i].kind != slotOwned {
@@ -178,7 +179,7 @@ func (st *state) slotRefusal(ns string, slot uint16) *Error {
 
 // NewGroup returns an empty lock manager of group g with the default
 // limits: New is NewGroup(0), which owns every slot; a group g ≥ 1 owns
-// none until an Import (phase 2) gives it some, and refuses every
+// none until an Import (move_apply.go) gives it some, and refuses every
 // namespace-scoped command meanwhile.
 func NewGroup(g uint16) *Machine {
 	return &Machine{st: newGroupState(g), group: g}

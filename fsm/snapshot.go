@@ -26,12 +26,15 @@ import (
 //	ended sessions' tombstones, oldest first: id namespace secret-hash
 //	the cluster secret (clustersecret.go)
 //	version 5: group, token offset, the slot table as runs (length kind
-//	    to epoch) summing to 4096 (groups.go)
+//	    to epoch) summing to 4096 (groups.go), then the moves in progress:
+//	    set-group, the frozen slots' Freezes, the rejected epochs and the
+//	    staged imports as their chunks' bytes (move_snap.go)
 //	CRC-32C of all of the above, 4 bytes little endian
 //
 // The oldest version that carries the state is written (level.go,
 // snapFormat): version 5 only for a state whose group state is not the
-// default (group 0, every slot owned at epoch 0, offset 0); version 4 only for a state that holds records, a semaphore
+// default (group 0, every slot owned at epoch 0, offset 0, no move in
+// progress); version 4 only for a state that holds records, a semaphore
 // request or record limits other than the defaults (its cluster secret may
 // be empty: a backup leaves it out); otherwise version 3, which has no
 // max-holders, no records and only the default record limits (the limits
