@@ -141,7 +141,7 @@ func (st *state) defaultGroups() bool {
 // owns is the ownership check (groups.md §6.3): nil when the group serves
 // namespace ns, else the refusal, which changes nothing. It runs first in
 // every namespace-scoped apply and read. While the group owns every slot
-// (group 0 always, so far) it is one load; otherwise a CRC-32C of the
+// (group 0 until it moves a slot out) it is one load; otherwise a CRC-32C of the
 // name and an array index.
 func (st *state) owns(ns string) *Error {
 	if st.ownsAll {
