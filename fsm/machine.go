@@ -84,19 +84,30 @@ func (m *Machine) applyLocked(index uint64, e Entry) Applied {
 // is unchanged and the caller must stop the replica before its state
 // diverges from the others.
 func (m *Machine) ApplyBytes(index uint64, data []byte) (Applied, error) {
-	if err := checkRawIndex(index); err != nil {
-		return Applied{}, err
-	}
 	e, err := DecodeEntry(data)
 	if err != nil {
 		return Applied{}, err
 	}
-	if c, ok := e.Cmd.(*SetGroup); ok && c.Group != m.group {
-		// Another group's log (move_cmd.go): as fatal as an undecodable
-		// entry.
-		return Applied{}, fmt.Errorf("fsm: entry %d: %w", index, wrongGroup(c, m.group))
+	if err := m.CheckEntry(index, e); err != nil {
+		return Applied{}, err
 	}
 	return m.Apply(index, e), nil
+}
+
+// CheckEntry reports what makes a decoded entry as fatal as an
+// undecodable one, so that a caller that decodes entries itself (raftfsm)
+// stops the replica as ApplyBytes' caller does: an index at or past
+// MaxRawIndex, or a SetGroup of another group than the machine's
+// (move_cmd.go: a data directory opened as the wrong group). Apply
+// refuses both and changes nothing.
+func (m *Machine) CheckEntry(index uint64, e Entry) error {
+	if err := checkRawIndex(index); err != nil {
+		return err
+	}
+	if c, ok := e.Cmd.(*SetGroup); ok && c != nil && c.Group != m.group {
+		return fmt.Errorf("fsm: entry %d: %w", index, wrongGroup(c, m.group))
+	}
+	return nil
 }
 
 // LastIndex is the raw Raft index of the last entry applied (or

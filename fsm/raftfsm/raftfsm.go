@@ -76,6 +76,9 @@ func (a *FSM) Apply(l *raft.Log) interface{} {
 		return nil
 	}
 	e, err := fsm.DecodeEntry(l.Data)
+	if err == nil {
+		err = a.m.CheckEntry(l.Index, e) // past 2^48, or another group's SetGroup
+	}
 	if err != nil {
 		a.fatal(l.Index, err)
 		return nil

@@ -102,6 +102,32 @@ func TestCorruptEntryStopsTheNode(t *testing.T) {
 	New(fsm.New()).Apply(&raft.Log{Index: 2, Type: raft.LogCommand, Data: []byte("garbage")})
 }
 
+// A SetGroup of another group (a data directory opened as the wrong
+// group) and an index at or past 2^48 stop the node like a corrupt entry.
+func TestWrongGroupStopsTheNode(t *testing.T) {
+	var got error
+	a := New(fsm.NewGroup(2), withFatal(func(i uint64, err error) { got = err }))
+	b, err := fsm.EncodeEntry(fsm.Entry{Cmd: &fsm.SetGroup{Group: 3}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Apply(&raft.Log{Index: 1, Type: raft.LogCommand, Data: b})
+	if got == nil || !strings.Contains(got.Error(), "another group") || a.m.LastIndex() != 0 {
+		t.Fatalf("fatal got %v", got)
+	}
+	got = nil
+	b, _ = fsm.EncodeEntry(fsm.Entry{Cmd: &fsm.SetGroup{Group: 2}})
+	a.Apply(&raft.Log{Index: fsm.MaxRawIndex, Type: raft.LogCommand, Data: b})
+	if got == nil {
+		t.Fatal("an index past 2^48 did not stop the node")
+	}
+	got = nil
+	a.Apply(&raft.Log{Index: 1, Type: raft.LogCommand, Data: b})
+	if got != nil || a.m.LastIndex() != 1 {
+		t.Fatalf("its own SetGroup: %v, last index %d", got, a.m.LastIndex())
+	}
+}
+
 func TestRestoreErrorKeepsState(t *testing.T) {
 	a := New(fsm.New(), WithRestored(func(i uint64) { t.Errorf("the restore hook ran (index %d) for a failed restore", i) }))
 	a.Apply(&raft.Log{Index: 1, Type: raft.LogCommand, Data: entry(t, &fsm.OpenSession{Namespace: "default", TTL: 10e9})})
