@@ -90,6 +90,11 @@ func restoreAs(t *testing.T, g uint16, s []byte) *Machine {
 
 func TestMoveSnapshotRoundTrip(t *testing.T) {
 	a, b, x, ia, ib := movingMachines(t)
+	// B holds tokens and indexes above its raw last index (they are
+	// logical, and the offset was raised): the bounds are L's (§6.6).
+	if r := b.st.namespaces["default"].heldTail; r.index <= b.LastIndex() {
+		t.Fatalf("the imported request's index %d is not above B's raw last index %d", r.index, b.LastIndex())
+	}
 	a2, b2 := restoreAs(t, 0, a.Snapshot()), restoreAs(t, 1, b.Snapshot())
 	if _, v, _ := SnapshotHeader(b.Snapshot()); v != 5 {
 		t.Fatalf("format %d", v)
@@ -156,6 +161,11 @@ func TestMoveSnapshotRefusals(t *testing.T) {
 		}},
 		{"request index past L(last index)", "outside", false, func(st *state) {
 			st.namespaces["default"].heldHead.index = st.logical(st.lastIndex) + 1
+		}},
+		{"record index past L(last index)", "record of", false, func(st *state) {
+			for _, rec := range st.namespaces["default"].records {
+				rec.Index = st.logical(st.lastIndex) + 1
+			}
 		}},
 		{"own session newer than the last index", "newer than its last index", false, func(st *state) {
 			s := st.ownLast
