@@ -302,6 +302,14 @@ func (a *applier) unfreeze(c *Unfreeze) Result {
 		delete(st.mv.out, s)
 	}
 	st.computeOwnsAll()
+	// SetLimits skipped the slots' sessions while they were frozen: they
+	// are trimmed now, as an Import trims them.
+	set := setOf(c.Slots)
+	for s := st.sessHead; s != nil; s = s.newer {
+		if set.has(s.ns.name) {
+			s.trim(st.limits.maxFinished)
+		}
+	}
 	return moveOK()
 }
 

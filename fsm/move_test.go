@@ -152,3 +152,47 @@ func FuzzImportChunk(f *testing.F) {
 		_ = sg.check(New().st, 1<<40, 1<<40)
 	})
 }
+
+// SetLimits leaves the outcomes of a frozen slot's sessions as they are
+// (a second export equals the first); Unfreeze, and on the target
+// Import, trim them to the limit then in force.
+func TestFrozenSessionsKeepTheirOutcomes(t *testing.T) {
+	for _, abort := range []bool{false, true} {
+		a, b := New(), NewGroup(1)
+		sid := a.Apply(1, Entry{Cmd: &OpenSession{Namespace: "n", TTL: 1e9}}).Result.Session
+		for i := uint64(1); i <= 3; i++ {
+			a.Apply(2*i, Entry{Cmd: &Request{Session: sid, Namespace: "n", RequestID: i, Names: []string{"a"}}})
+			a.Apply(2*i+1, Entry{Cmd: &Release{Session: sid, Namespace: "n", RequestID: i}})
+		}
+		slots := []uint16{Slot("n")}
+		a.Apply(10, Entry{Cmd: &Freeze{Slots: slots, Epoch: 1, To: 1}})
+		x1, _ := a.Export(slots, 1)
+		l := a.Limits()
+		l.maxFinished = 1
+		a.Apply(11, Entry{Cmd: &SetLimits{Limits: l}})
+		b.Apply(1, Entry{Cmd: &SetLimits{Limits: l}})
+		x2, _ := a.Export(slots, 1)
+		if x1.SHA256 != x2.SHA256 || len(a.st.sessions[sid].finished) != 3 {
+			t.Fatal("SetLimits changed a frozen slot")
+		}
+		m := a
+		if abort {
+			b.Apply(2, Entry{Cmd: &SetGroup{Group: 1}})
+			b.Apply(3, Entry{Cmd: &Reject{Slots: slots, Epoch: 1}})
+			a.Apply(12, Entry{Cmd: &Unfreeze{Slots: slots, Epoch: 1}})
+		} else {
+			m = b
+			b.Apply(2, Entry{Cmd: &SetGroup{Group: 1}})
+			b.Apply(3, Entry{Cmd: x2.ImportChunks()[0]})
+			if res := b.Apply(4, Entry{Cmd: x2.Import()}).Result; res.Err != nil {
+				t.Fatal(res.Err)
+			}
+		}
+		if s := m.st.sessions[sid]; len(s.finished) != 1 || s.floor != 3 {
+			t.Fatalf("abort %v: %d outcomes, floor %d", abort, len(s.finished), s.floor)
+		}
+		if err := checkState(m.st); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
