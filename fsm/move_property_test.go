@@ -53,6 +53,9 @@ func TestMoveIsInvisible(t *testing.T) {
 				}
 			}
 			h.command(t)
+			if rapid.IntRange(0, 9).Draw(t, "restore") == 0 {
+				h.restore(t, rapid.IntRange(0, len(h.ms)-1).Draw(t, "restored"))
+			}
 		}
 		for h.mv != nil { // finish the last move: the state must still agree
 			h.advance(t, false)
@@ -204,6 +207,21 @@ func (h *mvHarness) check(t *rapid.T, i int, ap Applied) {
 		}
 		h.last[ns] = [2]uint64{e.Token, uint64(h.entry)}
 	}
+}
+
+// restore replaces machine i by one restored from its snapshot (moves in
+// progress included), which must encode the same bytes; the history goes
+// on with it.
+func (h *mvHarness) restore(t *rapid.T, i int) {
+	b := h.ms[i].Snapshot()
+	m := NewGroup(h.ms[i].Group())
+	if err := m.Restore(bytes.NewReader(b)); err != nil {
+		t.Fatalf("machine %d: %v", i, err)
+	}
+	if !bytes.Equal(m.Snapshot(), b) {
+		t.Fatalf("machine %d restores to other bytes", i)
+	}
+	h.ms[i] = m
 }
 
 // --- commands -------------------------------------------------------------
