@@ -79,7 +79,8 @@ type mvHarness struct {
 	dir     map[string]int    // namespace → the machine commands go to
 	epoch   map[uint16]uint32 // the last epoch of each slot
 	mv      *moveRun
-	entry   int // entries applied to the cluster
+	prev    *moveRun // the last move that finished forward
+	entry   int      // entries applied to the cluster
 
 	sid  map[uint64]uint64    // oracle session id → cluster session id
 	toks map[string]*renaming // per namespace: oracle token ↔ cluster token
@@ -258,6 +259,8 @@ func (h *mvHarness) command(t *rapid.T) {
 		_, expire := cc.(*ExpireSession)
 		if mv := h.mv; !expire && mv != nil && mv.imported && slices.Contains(mv.names, ns) && rapid.IntRange(0, 3).Draw(t, "stale") == 0 {
 			i = mv.src
+		} else if p := h.prev; !expire && p != nil && p.src != h.dir[ns] && slices.Contains(p.names, ns) && rapid.IntRange(0, 3).Draw(t, "staleGone") == 0 {
+			i = p.src // after the Drop: CodeMoved (or CodeMoving, if it comes back)
 		}
 		var before []byte
 		if h.ms[i].Owns(ns) != nil {
@@ -654,6 +657,6 @@ func (h *mvHarness) advance(t *rapid.T, abort bool) {
 		if rapid.IntRange(0, 3).Draw(t, "dupDrop") == 0 {
 			h.noop(t, mv.src, dr, false)
 		}
-		h.mv = nil
+		h.mv, h.prev = nil, mv
 	}
 }
