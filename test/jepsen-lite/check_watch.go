@@ -29,7 +29,11 @@ import (
 //     with an error;
 //   - the records of each snapshot are those the log shows at its index
 //     (for the names whose record changed in the log's or the watches'
-//     history before it).
+//     history before it);
+//   - the locks of each snapshot (held, in grant order, and pending, in
+//     queue order) are those of the namespace's state right after that
+//     index, as the stopped node's replay computes it, for the names the
+//     watch selects.
 
 const cWatch = "watch"
 
@@ -259,7 +263,79 @@ func checkWatch(hs *history) checkResult {
 	r.note("%d watches, %d events, %d Resync after COMPACTED; %d events compared with the log, %d between watches; end marker at index %d",
 		len(ws), events, resyncs, vsLog, vsWatch, marker)
 	checkSnapshotRecords(hs, &r)
+	checkSnapshotLocks(hs, &r)
 	return r
+}
+
+// checkSnapshotLocks: the held and pending locks of each watch snapshot at
+// index I are the namespace's, filtered by the watch's selection, in the
+// state the log's replay reached right after I (F "log-state").
+func checkSnapshotLocks(hs *history, r *checkResult) {
+	states := map[uint64]Op{}
+	for _, op := range hs.ops {
+		if op.F == "log-state" {
+			states[op.Index] = op
+		}
+	}
+	checked, outside := 0, 0
+	for _, op := range hs.ops {
+		if op.F != "watch" || op.Result != "snapshot" {
+			continue
+		}
+		if op.Held == nil && op.Pending == nil && !strings.HasPrefix(op.Error, "0 held, 0 pending") {
+			continue // a history recorded before snapshots kept their locks
+		}
+		st, ok := states[op.Index]
+		if !ok {
+			outside++
+			continue
+		}
+		checked++
+		for _, part := range []struct {
+			what      string
+			got, want []QLock
+		}{{"held", op.Held, st.Held}, {"pending", op.Pending, st.Pending}} {
+			want := selectLocks(part.want, op.Value)
+			if !sameLocks(part.got, want) {
+				r.fail("watch p%d: its snapshot at index %d has %s %s, but the log's state there is %s", op.Process, op.Index, part.what, describeLocks(part.got), describeLocks(want))
+			}
+		}
+	}
+	r.note("%d watch snapshots' locks compared with the log's state at their index (%d taken outside the log's history)", checked, outside)
+}
+
+// selectLocks keeps the locks of the names a watch of prefix selects.
+func selectLocks(in []QLock, prefix string) []QLock {
+	var out []QLock
+	for _, l := range in {
+		if strings.HasPrefix(l.Name, prefix) {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+func sameLocks(a, b []QLock) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func describeLocks(ls []QLock) string {
+	if len(ls) == 0 {
+		return "none"
+	}
+	parts := make([]string, len(ls))
+	for i, l := range ls {
+		parts[i] = fmt.Sprintf("%s %s s%d r%d token %d", l.Name, l.Mode, l.Session, l.Request, l.Token)
+	}
+	return "[" + strings.Join(parts, ", ") + "]"
 }
 
 // checkSnapshotRecords: the records of each watch snapshot at index I are

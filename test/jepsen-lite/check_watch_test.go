@@ -148,6 +148,35 @@ func TestWatchSnapshotRecords(t *testing.T) {
 	}
 }
 
+// The locks of a watch's snapshot must be the namespace's state in the
+// log right after its index, filtered by the watch's selection.
+func TestWatchSnapshotLocks(t *testing.T) {
+	holder := QLock{Name: "rec-0", Mode: "exclusive", Session: 1, Request: 1, Token: 10}
+	other := QLock{Name: "mutex-0", Mode: "exclusive", Session: 2, Request: 1, Token: 13}
+	waiter := QLock{Name: "rec-0", Mode: "shared", Session: 4, Request: 2}
+	build := func(prefix string, got []QLock, logHeld []QLock) []Op {
+		ops := watchHistory(prefix, []string{"s12", "13"})
+		for i, op := range ops {
+			if op.F == "watch" && op.Result == "snapshot" {
+				ops[i].Held, ops[i].Pending = got, []QLock{waiter}
+			}
+		}
+		return append(ops, Op{Time: 302, Process: finalProcess, Type: "event", F: "log-state", Index: 12, Held: logHeld, Pending: []QLock{waiter}})
+	}
+	ops := build("", []QLock{holder, other}, []QLock{holder, other})
+	wantValid(t, ops, cWatch)
+	if r := check(t, ops, cWatch); !strings.Contains(strings.Join(r.Notes, "\n"), "1 watch snapshots' locks compared") {
+		t.Errorf("notes: %v", r.Notes)
+	}
+	// A watch of rec- sees only rec-0.
+	wantValid(t, build("rec-", []QLock{holder}, []QLock{holder, other}), cWatch)
+	// A snapshot that misses a holder, or shows a stale token.
+	wantInvalid(t, build("", []QLock{holder}, []QLock{holder, other}), cWatch, "its snapshot at index 12 has held [rec-0 exclusive s1 r1 token 10], but the log's state there is [rec-0 exclusive s1 r1 token 10, mutex-0 exclusive s2 r1 token 13]")
+	stale := holder
+	stale.Token = 9
+	wantInvalid(t, build("rec-", []QLock{stale}, []QLock{holder}), cWatch, "has held [rec-0 exclusive s1 r1 token 9]")
+}
+
 // A request whose outcome the client does not know because it gave its
 // session up (jeopardy) is settled once a watch received the session's
 // end, and so is a lock held in that session: porcupine then need not

@@ -194,6 +194,7 @@ func (ws *watchers) loop(ctx context.Context, r *watchRun) {
 		if ev.Snapshot != nil {
 			op.Result, op.Resync = "snapshot", ev.Resync
 			op.Error = fmt.Sprintf("%d held, %d pending, %d records", len(ev.Snapshot.Held), len(ev.Snapshot.Pending), len(ev.Snapshot.Records))
+			op.Held, op.Pending = qlocks(ev.Snapshot.Held), qlocks(ev.Snapshot.Pending)
 			for _, rec := range ev.Snapshot.Records {
 				op.Records = append(op.Records, *recInfo(rec, true))
 			}
@@ -266,23 +267,44 @@ type nodeLog struct {
 	node     int
 	from, to uint64 // the entries replayed: from..to (from-1: the snapshot)
 	entries  []Op   // F "log": entries with changes in the namespace
-	err      error
+	// states: F "log-state": the namespace's locks (Held, Pending) right
+	// after each index a watch's snapshot was taken at, within from-1..to.
+	states []Op
+	err    error
 }
 
 // readNodeLog replays node i's data directory (stopped) into a fresh
-// machine that keeps changes.
-func readNodeLog(dir, ns string, node int) nodeLog {
+// machine that keeps changes, and queries the namespace after each index
+// of snapshotAt.
+func readNodeLog(dir, ns string, node int, snapshotAt map[uint64]bool) nodeLog {
 	m := fsm.New()
 	m.KeepChanges(true)
 	nl := nodeLog{node: node}
+	state := func(index uint64) {
+		if snapshotAt[index] {
+			q := m.Query(ns)
+			nl.states = append(nl.states, Op{Process: finalProcess, Type: "event", F: "log-state", Index: index, Held: logLocks(q.Held), Pending: logLocks(q.Pending)})
+		}
+	}
 	sink := func(index uint64, _ int64, ap fsm.Applied) {
 		if cs := logChanges(ap.Changes, ns); len(cs) > 0 {
 			nl.entries = append(nl.entries, Op{Process: finalProcess, Type: "event", F: "log", Index: index, Changes: cs})
 		}
+		state(index)
 	}
-	st, err := raftnode.ReadState(filepath.Join(dir, "raft"), raftfsm.New(m, raftfsm.WithSink(sink)), nil)
+	st, err := raftnode.ReadState(filepath.Join(dir, "raft"), raftfsm.New(m, raftfsm.WithSink(sink), raftfsm.WithRestored(state)), nil)
 	nl.from, nl.to, nl.err = st.SnapshotIndex+1, st.Index, err
 	return nl
+}
+
+// logLocks converts a machine's query answer as the client converts it
+// from the wire.
+func logLocks(in []fsm.LockInfo) []QLock {
+	out := make([]QLock, len(in))
+	for i, l := range in {
+		out[i] = QLock{Name: l.Name, Mode: l.Mode.String(), Session: l.Session, Request: l.RequestID, Token: l.Token, Label: l.Label}
+	}
+	return out
 }
 
 // readLogs reads every node's log (the cluster must be stopped) and
@@ -293,10 +315,16 @@ func (rn *runner) readLogs() {
 		rn.rec.Add(Op{Process: finalProcess, Type: "fail", F: "log-range", Value: "the cluster driver keeps no data directory here: the log's history was not read"})
 		return
 	}
+	snapshotAt := map[uint64]bool{}
+	for _, op := range rn.rec.Ops() {
+		if op.F == "watch" && op.Result == "snapshot" {
+			snapshotAt[op.Index] = true
+		}
+	}
 	var logs []nodeLog
 	var parts []string
 	for i := range rn.c.Size() {
-		nl := readNodeLog(dd.DataDir(i), rn.ns, i)
+		nl := readNodeLog(dd.DataDir(i), rn.ns, i, snapshotAt)
 		if nl.err != nil {
 			parts = append(parts, fmt.Sprintf("node %d: %v", i, nl.err))
 			continue
@@ -318,6 +346,9 @@ func (rn *runner) readLogs() {
 	rn.rec.Add(Op{Process: finalProcess, Type: "ok", F: "log-range", Index: best.from, To: best.to,
 		Value: fmt.Sprintf("node %d's log; %s", best.node, strings.Join(parts, "; "))})
 	for _, op := range best.entries {
+		rn.rec.Add(op)
+	}
+	for _, op := range best.states {
 		rn.rec.Add(op)
 	}
 }

@@ -215,14 +215,7 @@ func (w *worker) query() {
 		w.add(Op{Type: "fail", F: "query", Error: err.Error()})
 		return
 	}
-	conv := func(in []lockcluster.LockInfo) []QLock {
-		out := make([]QLock, len(in))
-		for i, l := range in {
-			out[i] = QLock{Name: l.Name, Mode: l.Mode, Session: l.SessionID, Request: l.RequestID, Token: l.Token, Label: l.Label}
-		}
-		return out
-	}
-	w.add(Op{Type: "ok", F: "query", Held: conv(s.Held), Pending: conv(s.Pending)})
+	w.add(Op{Type: "ok", F: "query", Held: qlocks(s.Held), Pending: qlocks(s.Pending)})
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) {
@@ -232,4 +225,14 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 	case <-ctx.Done():
 	case <-t.C:
 	}
+}
+
+// qlocks converts a query's (or a watch snapshot's) locks as the history
+// keeps them.
+func qlocks(in []lockcluster.LockInfo) []QLock {
+	out := make([]QLock, len(in))
+	for i, l := range in {
+		out[i] = QLock{Name: l.Name, Mode: l.Mode, Session: l.SessionID, Request: l.RequestID, Token: l.Token, Label: l.Label}
+	}
+	return out
 }
