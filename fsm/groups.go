@@ -193,10 +193,12 @@ func (m *Machine) Group() uint16 { return m.group }
 // at the last applied entry and after it. Everything a client sees as an
 // index or a token is logical; raft, checkpoints and the operator's status
 // keep the raw index. With one group the offset is 0: Logical(i) = i.
+//
+// It takes no lock (the offset is mirrored in an atomic): every reply and
+// every event asks for it, and a read lock each time met the FSM's write
+// lock on every entry.
 func (m *Machine) Logical(raw uint64) uint64 {
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	return raw + m.st.offset
+	return raw + m.offset.Load()
 }
 
 // LastLogical is Logical(LastIndex()): the index a client compares its

@@ -3,6 +3,7 @@ package fsm
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 )
 
 // Machine is the lock manager of one replica. Apply must be called with
@@ -29,6 +30,10 @@ type Machine struct {
 	// changeChunk at a time, so that an entry's changes cost no
 	// allocation of their own (change.go).
 	changeBuf []Change
+	// offset mirrors st.offset for Logical, which every reply and event
+	// asks for: read without the lock, stored after every entry and
+	// restore (the offset changes only at an Import).
+	offset atomic.Uint64
 	// group is the group this machine was built for (NewGroup): a
 	// snapshot of another group is refused by Restore.
 	group uint16
@@ -70,6 +75,7 @@ func (m *Machine) applyLocked(index uint64, e Entry) Applied {
 		a.changes = m.changeSpace()
 	}
 	res := a.apply(e.Cmd)
+	m.offset.Store(m.st.offset)
 	out, changes := a.out, m.takeChanges(a.changes)
 	if res.Err != nil {
 		changes = nil // a rejected entry changed nothing

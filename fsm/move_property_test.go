@@ -641,8 +641,9 @@ func (h *mvHarness) advance(t *rapid.T, abort bool) {
 		}
 		im := mv.x.Import()
 		h.mustOK(t, mv.dst, im)
-		if l := h.ms[mv.dst].LastLogical(); l <= mv.x.FloorL {
-			t.Fatalf("after Import, L = %d, not above the Freeze's %d", l, mv.x.FloorL)
+		dst := h.ms[mv.dst]
+		if l := dst.LastLogical(); l <= mv.x.FloorL || dst.Logical(dst.LastIndex()) != l {
+			t.Fatalf("after Import, L = %d (Logical of the last index %d), not above the Freeze's %d", l, dst.Logical(dst.LastIndex()), mv.x.FloorL)
 		}
 		if rapid.IntRange(0, 3).Draw(t, "dupImport") == 0 {
 			h.noop(t, mv.dst, im, false)

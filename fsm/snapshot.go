@@ -108,6 +108,7 @@ func (m *Machine) Restore(r io.Reader) error {
 	}
 	m.mu.Lock()
 	m.st = st
+	m.offset.Store(st.offset)
 	m.mu.Unlock()
 	return nil
 }
