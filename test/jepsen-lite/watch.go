@@ -154,29 +154,35 @@ func (rn *runner) startWatchers(ctx context.Context, n int) *watchers {
 		prefixes = append(prefixes, "rec-")
 	}
 	for _, prefix := range prefixes {
-		p := rn.newProcess()
-		dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		c, err := lockcluster.Dial(dctx, rotate(rn.c.Endpoints(), p), lockcluster.WithNamespace(rn.ns), lockcluster.WithTTL(rn.cfg.TTL),
-			lockcluster.WithLabel(label(p)))
-		cancel()
-		if err != nil {
-			rn.rec.Add(Op{Process: p, Type: "event", F: "watch", Workload: "watch", Result: "error", Value: prefix, Error: "dial: " + err.Error()})
-			continue
-		}
-		wctx, wcancel := context.WithCancel(context.Background())
-		w, err := c.Watch(wctx, lockcluster.WatchOptions{Prefix: prefix})
-		if err != nil {
-			wcancel()
-			c.Close(context.Background())
-			rn.rec.Add(Op{Process: p, Type: "event", F: "watch", Workload: "watch", Result: "error", Value: prefix, Error: err.Error()})
-			continue
-		}
-		rn.rec.Add(Op{Process: p, Type: "event", F: "watch", Workload: "watch", Result: "start", Value: prefix})
-		r := &watchRun{process: p, prefix: prefix, c: c, w: w, cancel: wcancel, done: make(chan struct{})}
-		ws.all = append(ws.all, r)
-		go ws.loop(wctx, r)
+		ws.start(ctx, prefix)
 	}
 	return ws
+}
+
+// start starts one watch of prefix ("" every name) on its own client.
+func (ws *watchers) start(ctx context.Context, prefix string) {
+	rn := ws.rn
+	p := rn.newProcess()
+	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	c, err := lockcluster.Dial(dctx, rotate(rn.c.Endpoints(), p), lockcluster.WithNamespace(rn.ns), lockcluster.WithTTL(rn.cfg.TTL),
+		lockcluster.WithLabel(label(p)))
+	cancel()
+	if err != nil {
+		rn.rec.Add(Op{Process: p, Type: "event", F: "watch", Workload: "watch", Result: "error", Value: prefix, Error: "dial: " + err.Error()})
+		return
+	}
+	wctx, wcancel := context.WithCancel(context.Background())
+	w, err := c.Watch(wctx, lockcluster.WatchOptions{Prefix: prefix})
+	if err != nil {
+		wcancel()
+		c.Close(context.Background())
+		rn.rec.Add(Op{Process: p, Type: "event", F: "watch", Workload: "watch", Result: "error", Value: prefix, Error: err.Error()})
+		return
+	}
+	rn.rec.Add(Op{Process: p, Type: "event", F: "watch", Workload: "watch", Result: "start", Value: prefix})
+	r := &watchRun{process: p, prefix: prefix, c: c, w: w, cancel: wcancel, done: make(chan struct{})}
+	ws.all = append(ws.all, r)
+	go ws.loop(wctx, r)
 }
 
 // loop records every event of one watch until it is stopped.
@@ -211,6 +217,11 @@ func (ws *watchers) stop(ctx context.Context, bound time.Duration) {
 	if len(ws.all) == 0 {
 		return
 	}
+	// One more watch of every name, started now: its snapshot is taken
+	// within the log the nodes keep (the first watches' snapshots are
+	// usually older than a long run's newest raft snapshot), so that the
+	// checker can compare its locks with the log's state there.
+	ws.start(ctx, "")
 	marker := ws.rn.watchMarker(ctx)
 	deadline := time.Now().Add(bound)
 	for _, r := range ws.all {
