@@ -222,7 +222,8 @@ func DecodeEntry(b []byte) (Command, error) {
 	return cmd, nil
 }
 
-// The wire primitives: unsigned varints and length-prefixed lists. The
+// The wire primitives: unsigned varints, in their shortest form only, and
+// length-prefixed lists. The
 // decoder never trusts a count: one longer than what is left is an error,
 // so garbage cannot make it allocate more than its input.
 
@@ -275,6 +276,13 @@ func (d *decoder) uvarint() uint64 {
 	v, n := binary.Uvarint(d.b)
 	if n <= 0 {
 		d.fail(errors.New("bad unsigned varint"))
+		return 0
+	}
+	if n > 1 && d.b[n-1] == 0 {
+		// 0x80 0x00 is 0 too: only the shortest form is accepted, so
+		// that equal values have equal bytes (the snapshot section is
+		// canonical).
+		d.fail(errors.New("an unsigned varint longer than its value needs"))
 		return 0
 	}
 	d.b = d.b[n:]

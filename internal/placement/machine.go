@@ -133,7 +133,7 @@ func (m *Machine) Empty() bool {
 }
 
 func (st *state) groupInfos() []GroupInfo {
-	var counts = map[uint16]int{}
+	counts := make([]int, int(st.nextGroup)) // every group id is below nextGroup
 	for i := range st.slots {
 		counts[st.slots[i].group]++
 	}

@@ -91,7 +91,12 @@ func (st *state) encode() []byte {
 		en.uvarint(uint64(mv.phase))
 		en.uvarint(mv.freezeL)
 	}
-	return binary.BigEndian.AppendUint32(en.b, crc32.Checksum(en.b, crc32c))
+	return appendCRC(en.b)
+}
+
+// appendCRC appends the CRC-32C of b to it.
+func appendCRC(b []byte) []byte {
+	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b, crc32c))
 }
 
 // Decode returns a machine with the directory of a snapshot section (nil
