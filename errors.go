@@ -56,7 +56,40 @@ var (
 	// resume from). A Watcher never returns it: it resynchronises from a
 	// snapshot, which it yields marked Resync.
 	ErrCompacted = errors.New("lockcluster: compacted")
+	// ErrOutcomeUnknown: a write whose outcome the client cannot tell. An
+	// attempt's answer was lost (the node it went through failed, or
+	// timed out) after the cluster may have applied it, and a later
+	// attempt was refused for a reason that came after (the lock was lost
+	// meanwhile: a record write then fails with this, not with
+	// ErrNotHolder, since the first attempt may have written it). Read
+	// the record (Client.Record) to learn what is there.
+	ErrOutcomeUnknown = errors.New("lockcluster: outcome unknown")
 )
+
+// mayHaveApplied reports whether a write attempt that failed with err may
+// still have been applied: only a refusal the cluster makes before it
+// proposes the entry (a malformed or forbidden call, a node that is not
+// the leader or not ready) says it was not; a lost answer (a broken
+// connection, a timeout, OUTCOME_UNKNOWN) says nothing.
+func mayHaveApplied(err error) bool {
+	if err == nil {
+		return false
+	}
+	switch status.Code(err) {
+	case codes.InvalidArgument, codes.PermissionDenied, codes.Unauthenticated, codes.ResourceExhausted,
+		codes.FailedPrecondition, codes.Unimplemented, codes.NotFound, codes.AlreadyExists, codes.OutOfRange:
+		return false
+	case codes.Unavailable:
+		var e *Error
+		if errors.As(fromStatus(err), &e) {
+			switch e.Reason {
+			case pb.ErrorReason_NOT_LEADER, pb.ErrorReason_NOT_READY, pb.ErrorReason_REPLICA_DIVERGED:
+				return false
+			}
+		}
+	}
+	return true
+}
 
 // mismatchError is an ErrTLSMismatch, which is also an ErrUnavailable.
 type mismatchError struct{ msg string }
@@ -157,7 +190,9 @@ func (e *Error) Is(target error) bool {
 		return target == ErrNotHolder
 	case pb.ErrorReason_COMPACTED:
 		return target == ErrCompacted
-	case pb.ErrorReason_NOT_LEADER, pb.ErrorReason_OUTCOME_UNKNOWN, pb.ErrorReason_SHUTTING_DOWN, pb.ErrorReason_NOT_READY, pb.ErrorReason_REPLICA_DIVERGED:
+	case pb.ErrorReason_OUTCOME_UNKNOWN:
+		return target == ErrUnavailable || target == ErrOutcomeUnknown
+	case pb.ErrorReason_NOT_LEADER, pb.ErrorReason_SHUTTING_DOWN, pb.ErrorReason_NOT_READY, pb.ErrorReason_REPLICA_DIVERGED:
 		return target == ErrUnavailable
 	}
 	switch e.Code {

@@ -155,7 +155,9 @@ func (c *Client) Record(ctx context.Context, name string) (rec Record, ok bool, 
 //
 // A write whose answer is lost is sent again (the same value, fenced by
 // the same token): it may then be applied twice, which leaves the same
-// value with a later index.
+// value with a later index. If the lock is lost before the retry, the
+// error matches ErrOutcomeUnknown, not ErrNotHolder: the first attempt
+// may have written the record.
 func (l *Lock) SetRecord(ctx context.Context, name string, value []byte) (Record, error) {
 	r, err := l.writeRecord(ctx, name, value, false)
 	if err != nil {
@@ -235,13 +237,25 @@ func (l *Lock) writeRecord(ctx context.Context, name string, value []byte, del b
 	// here: the cluster refuses it, naming the name's current token.
 	req := l.recordRequest(name, value, del, false)
 	var resp *pb.SetRecordResponse
+	// lost: an attempt's answer was lost after the cluster may have
+	// applied it. A write is not deduplicated (writing the same value
+	// twice under the same token changes nothing a reader could tell), so
+	// a retry that finds the lock gone must not say "nothing was written".
+	var lost error
 	err := l.s.c.call(ctx, func(ctx context.Context, lc pb.LocksClient) error {
 		req.AckBelow = l.s.ackBelow()
 		var err error
 		resp, err = lc.SetRecord(ctx, req)
+		if lost == nil && mayHaveApplied(err) {
+			lost = err
+		}
 		return err
 	})
 	l.s.endIfNotOpen(err)
+	if err != nil && lost != nil && errors.Is(err, ErrNotHolder) {
+		return nil, fmt.Errorf("%w: the record of %q may have been written: an earlier attempt's answer was lost (%v), and the lock was lost before the retry (%w)",
+			ErrOutcomeUnknown, name, fromStatus(lost), errNotHolderCause{err})
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -251,3 +265,10 @@ func (l *Lock) writeRecord(ctx context.Context, name string, value []byte, del b
 	}
 	return recordOf(resp.Record), nil
 }
+
+// errNotHolderCause carries a NOT_HOLDER answer inside ErrOutcomeUnknown
+// without matching ErrNotHolder: the answer is true of the retry, not of
+// the write.
+type errNotHolderCause struct{ err error }
+
+func (e errNotHolderCause) Error() string { return e.err.Error() }
