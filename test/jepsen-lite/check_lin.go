@@ -79,12 +79,8 @@ var lockModel = porcupine.NondeterministicModel{
 		}
 		return nil
 	},
-	Equal: func(a, b any) bool { return a.(string) == b.(string) },
-	Hash: func(s any) uint64 {
-		h := fnv.New64a()
-		h.Write([]byte(s.(string)))
-		return h.Sum64()
-	},
+	Equal: stringStateEqual,
+	Hash:  stringStateHash,
 	DescribeOperation: func(input, output any) string {
 		in, out := input.(linIn), output.(linOut)
 		switch in.Kind {
@@ -231,4 +227,15 @@ func (r *checkResult) porcupine(o checkOptions, model porcupine.Model, res porcu
 		}
 		r.fail("%s", msg)
 	}
+}
+
+// stringStateEqual and stringStateHash are the porcupine model functions
+// of a state that is a string (a holder, a register's value): the lock
+// model's and the records' register model's.
+func stringStateEqual(a, b any) bool { return a.(string) == b.(string) }
+
+func stringStateHash(s any) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(s.(string)))
+	return h.Sum64()
 }

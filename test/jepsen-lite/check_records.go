@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"hash/fnv"
 	"sort"
 	"strings"
 
@@ -184,12 +183,8 @@ var registerModel = porcupine.NondeterministicModel{
 		}
 		return nil
 	},
-	Equal: func(a, b any) bool { return a.(string) == b.(string) },
-	Hash: func(s any) uint64 {
-		h := fnv.New64a()
-		h.Write([]byte(s.(string)))
-		return h.Sum64()
-	},
+	Equal: stringStateEqual,
+	Hash:  stringStateHash,
 	DescribeOperation: func(input, output any) string {
 		in, out := input.(regIn), output.(regOut)
 		if in.Kind == "read" {
