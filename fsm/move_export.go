@@ -75,23 +75,7 @@ func encodeSlotObjects(c *chunker, st *state, set slotSet, tombs []tombstone) {
 		}
 		c.object(func(en *encoder) {
 			en.byte1(tagSession)
-			en.uvarint(s.id)
-			en.str(s.ns.name)
-			en.str(s.clientID)
-			en.str(s.label)
-			en.varint(s.ttl)
-			en.varint(s.openedAt)
-			en.str(s.secret)
-			en.uvarint(s.eventSeq)
-			en.uvarint(s.floor)
-			en.uvarint(uint64(len(s.finished)))
-			for _, o := range s.finished {
-				en.uvarint(o.id)
-				en.byte1(byte(o.status))
-				en.byte1(byte(o.cause))
-				en.uvarint(o.token)
-				en.str(o.reason)
-			}
+			encodeSessionFields(en, s)
 		})
 		for r := s.liveHead; r != nil; r = r.snext {
 			c.object(func(en *encoder) {

@@ -210,15 +210,7 @@ func (sg *stage) object(d *decoder) error {
 		sg.sessions = append(sg.sessions, s)
 	case tagRequest:
 		s := sg.byID[d.uvarint()]
-		r := &request{id: d.uvarint(), index: d.uvarint()}
-		if n := d.count(1); n > 0 {
-			r.names = make([]string, n)
-			for x := range r.names {
-				r.names[x] = d.str()
-			}
-		}
-		r.mode, r.signal, r.requestedAt = Mode(d.byte1()), d.bool1(), d.varint()
-		r.held, r.token, r.acquiredAt = d.bool1(), d.uvarint(), d.varint()
+		r := decodeRequestFields(d)
 		n := d.uvarint()
 		if d.err != nil {
 			return d.err

@@ -48,15 +48,8 @@ func decodeSessions(d *decoder, st *state) ([]*request, error) {
 		}
 		k := d.count(10)
 		for j := 0; j < k && d.err == nil; j++ {
-			r := &request{sess: s, id: d.uvarint(), index: d.uvarint()}
-			if names := d.count(1); names > 0 {
-				r.names = make([]string, names)
-				for x := range r.names {
-					r.names[x] = d.str()
-				}
-			}
-			r.mode, r.signal, r.requestedAt = Mode(d.byte1()), d.bool1(), d.varint()
-			r.held, r.token, r.acquiredAt = d.bool1(), d.uvarint(), d.varint()
+			r := decodeRequestFields(d)
+			r.sess = s
 			if d.version >= 4 {
 				n := d.uvarint()
 				if d.err == nil && (n > math.MaxUint32 || (n > 0 && r.mode != Shared)) {
@@ -343,4 +336,19 @@ func checkSemaphore(ns *namespace, res *resource) error {
 		}
 	}
 	return nil
+}
+
+// decodeRequestFields reads a request's fields up to its acquired-at time,
+// as a snapshot and a slot's export (move_stage.go) both write them.
+func decodeRequestFields(d *decoder) *request {
+	r := &request{id: d.uvarint(), index: d.uvarint()}
+	if n := d.count(1); n > 0 {
+		r.names = make([]string, n)
+		for x := range r.names {
+			r.names[x] = d.str()
+		}
+	}
+	r.mode, r.signal, r.requestedAt = Mode(d.byte1()), d.bool1(), d.varint()
+	r.held, r.token, r.acquiredAt = d.bool1(), d.uvarint(), d.varint()
+	return r
 }

@@ -208,23 +208,7 @@ func (sn *Snap) encodeSessions(en *encoder, w *walker, version uint64) error {
 		}
 		w.step()
 		v := s.view()
-		en.uvarint(v.id)
-		en.str(v.ns.name)
-		en.str(v.clientID)
-		en.str(v.label)
-		en.varint(v.ttl)
-		en.varint(v.openedAt)
-		en.str(v.secret)
-		en.uvarint(v.eventSeq)
-		en.uvarint(v.floor)
-		en.uvarint(uint64(len(v.finished)))
-		for _, o := range v.finished {
-			en.uvarint(o.id)
-			en.byte1(byte(o.status))
-			en.byte1(byte(o.cause))
-			en.uvarint(o.token)
-			en.str(o.reason)
-		}
+		encodeSessionFields(en, v)
 		en.uvarint(uint64(v.nHeld + v.nPending))
 		r, next := v.liveHead, v.newer
 		for r != nil {
@@ -347,5 +331,28 @@ func encodeRecords(en *encoder, w *walker, recs map[string]*Record) {
 		en.uvarint(rec.Token)
 		en.varint(rec.Time)
 		en.uvarint(rec.Index)
+	}
+}
+
+// encodeSessionFields writes a session's own fields and its finished
+// outcomes, as a snapshot and a slot's export (move_export.go) both carry
+// them.
+func encodeSessionFields(en *encoder, s *session) {
+	en.uvarint(s.id)
+	en.str(s.ns.name)
+	en.str(s.clientID)
+	en.str(s.label)
+	en.varint(s.ttl)
+	en.varint(s.openedAt)
+	en.str(s.secret)
+	en.uvarint(s.eventSeq)
+	en.uvarint(s.floor)
+	en.uvarint(uint64(len(s.finished)))
+	for _, o := range s.finished {
+		en.uvarint(o.id)
+		en.byte1(byte(o.status))
+		en.byte1(byte(o.cause))
+		en.uvarint(o.token)
+		en.str(o.reason)
 	}
 }
