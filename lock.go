@@ -217,10 +217,12 @@ func (l *Lock) end(ctx context.Context, rec *pb.SetRecordRequest) error {
 			}
 			return err
 		}
+		var lostRec lostAnswer
 		if rec != nil {
 			release = func(ctx context.Context, lc pb.LocksClient) error {
 				rec.AckBelow = l.s.ackBelow()
 				resp, err := lc.SetRecord(ctx, rec)
+				lostRec.note(err)
 				if err == nil {
 					l.s.c.seen(resp.Index)
 					answered = resp.Status
@@ -244,9 +246,10 @@ func (l *Lock) end(ctx context.Context, rec *pb.SetRecordRequest) error {
 		err := l.s.c.call(ctx, release)
 		if rec != nil && errors.Is(err, ErrNotHolder) {
 			// The lock was lost before the release reached the cluster
-			// (stolen, expired): nothing was written, and the holder hears
-			// of the loss now, as Release finds a theft.
-			l.relErr = err
+			// (stolen, expired): nothing was written (unless an earlier
+			// attempt's answer was lost: ErrOutcomeUnknown), and the
+			// holder hears of the loss now, as Release finds a theft.
+			l.relErr = lostRec.verdict(err, rec.Name)
 			l.s.mu.Lock()
 			if l.lost == nil {
 				l.lost = fmt.Errorf("%w: %w", ErrAborted, err)
@@ -259,8 +262,15 @@ func (l *Lock) end(ctx context.Context, rec *pb.SetRecordRequest) error {
 		}
 		if errors.Is(err, ErrSessionClosed) {
 			// The session ended before the release: the lock was lost (the
-			// cluster expired it), and the holder must hear of it.
+			// cluster expired it), and the holder must hear of it. (Unless
+			// an earlier attempt's answer was lost: then the release, and
+			// its record, may have been applied before the session ended.)
 			l.relErr = fmt.Errorf("%w: the session ended before the lock was released: %v", ErrSessionLost, err)
+			if rec != nil {
+				if v := lostRec.verdict(err, rec.Name); v != err {
+					l.relErr = v
+				}
+			}
 			l.s.mu.Lock()
 			l.lost = l.relErr
 			l.s.mu.Unlock()

@@ -237,25 +237,16 @@ func (l *Lock) writeRecord(ctx context.Context, name string, value []byte, del b
 	// here: the cluster refuses it, naming the name's current token.
 	req := l.recordRequest(name, value, del, false)
 	var resp *pb.SetRecordResponse
-	// lost: an attempt's answer was lost after the cluster may have
-	// applied it. A write is not deduplicated (writing the same value
-	// twice under the same token changes nothing a reader could tell), so
-	// a retry that finds the lock gone must not say "nothing was written".
-	var lost error
+	var lost lostAnswer
 	err := l.s.c.call(ctx, func(ctx context.Context, lc pb.LocksClient) error {
 		req.AckBelow = l.s.ackBelow()
 		var err error
 		resp, err = lc.SetRecord(ctx, req)
-		if lost == nil && mayHaveApplied(err) {
-			lost = err
-		}
+		lost.note(err)
 		return err
 	})
 	l.s.endIfNotOpen(err)
-	if err != nil && lost != nil && errors.Is(err, ErrNotHolder) {
-		return nil, fmt.Errorf("%w: the record of %q may have been written: an earlier attempt's answer was lost (%v), and the lock was lost before the retry (%w)",
-			ErrOutcomeUnknown, name, fromStatus(lost), errNotHolderCause{err})
-	}
+	err = lost.verdict(err, name)
 	if err != nil {
 		return nil, err
 	}
@@ -266,9 +257,34 @@ func (l *Lock) writeRecord(ctx context.Context, name string, value []byte, del b
 	return recordOf(resp.Record), nil
 }
 
-// errNotHolderCause carries a NOT_HOLDER answer inside ErrOutcomeUnknown
-// without matching ErrNotHolder: the answer is true of the retry, not of
-// the write.
+// lostAnswer remembers, across the attempts of one record write (and of
+// a release with record), an attempt whose answer was lost after the
+// cluster may have applied it. A record write is not deduplicated
+// (writing the same value under the same token changes nothing a reader
+// could tell, and a release with record finds its duplicate only while
+// its session's outcomes last), so a retry that finds the lock gone must
+// not say "nothing was written".
+type lostAnswer struct{ err error }
+
+func (la *lostAnswer) note(err error) {
+	if la.err == nil && mayHaveApplied(err) {
+		la.err = err
+	}
+}
+
+// verdict is the error to give the caller for the last attempt's err: a
+// NOT_HOLDER or a closed session after a lost answer is ErrOutcomeUnknown.
+func (la *lostAnswer) verdict(err error, name string) error {
+	if err == nil || la.err == nil || !errors.Is(err, ErrNotHolder) && !errors.Is(err, ErrSessionClosed) {
+		return err
+	}
+	return fmt.Errorf("%w: the record of %q may have been written: an earlier attempt's answer was lost (%v), and the lock was lost before the retry (%w)",
+		ErrOutcomeUnknown, name, fromStatus(la.err), errNotHolderCause{err})
+}
+
+// errNotHolderCause carries the retry's refusal (NOT_HOLDER, or the
+// session closed) inside ErrOutcomeUnknown without matching it: the
+// refusal is true of the retry, not of the write.
 type errNotHolderCause struct{ err error }
 
 func (e errNotHolderCause) Error() string { return e.err.Error() }

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/lockcluster/lockcluster"
+	pb "github.com/lockcluster/lockcluster/api/lockclusterv1"
 )
 
 // Records through the Go client (SPEC §12), on the session stream and as
@@ -331,5 +332,57 @@ func TestRecordWriteWithLostAnswer(t *testing.T) {
 	}
 	if rec, ok, err := b.Record(ctx, "x"); err != nil || !ok || string(rec.Value) != "first" || rec.Token != l.Token() {
 		t.Fatalf("the record: %+v %v %v, want \"first\" with token %d", rec, ok, err, l.Token())
+	}
+}
+
+// The same for a release with record: its first answer lost after it
+// was applied, and the session ended before the retry (as an expiry
+// would), so that the retry finds no duplicate to answer and is refused.
+// The chaos test caught the client reporting that refusal as "nothing
+// was written" (docs/chaos.md, finding 9).
+func TestReleaseWithRecordWithLostAnswer(t *testing.T) {
+	c := shared(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const nsName = "records-lost-release"
+	ns := lockcluster.WithNamespace(nsName)
+	var a *lockcluster.Client
+	var once sync.Once
+	loseAnswer := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		err := invoker(ctx, method, req, reply, cc, opts...)
+		lost := false
+		if method == "/lockcluster.v1.Locks/SetRecord" && err == nil {
+			once.Do(func() {
+				lost = true
+				if _, cerr := rawLocks(t, c.Addrs()[0]).CloseSession(ctx, &pb.CloseSessionRequest{Namespace: nsName, SessionId: a.SessionID(), SessionSecret: a.SessionSecret()}); cerr != nil {
+					t.Errorf("closing the session: %v", cerr)
+				}
+			})
+		}
+		if lost {
+			return status.Error(codes.Unavailable, "injected: the answer was lost")
+		}
+		return err
+	}
+	a, err := lockcluster.Dial(ctx, c.Addrs(), ns, lockcluster.WithUnaryWrites(), lockcluster.WithDialOptions(grpc.WithChainUnaryInterceptor(loseAnswer)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close(ctx)
+	l, err := a.Acquire(ctx, "x", lockcluster.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = l.ReleaseWithRecord(ctx, "x", []byte("last"))
+	if !errors.Is(err, lockcluster.ErrOutcomeUnknown) || errors.Is(err, lockcluster.ErrNotHolder) {
+		t.Fatalf("ReleaseWithRecord: %v (ErrOutcomeUnknown %v, ErrNotHolder %v)", err, errors.Is(err, lockcluster.ErrOutcomeUnknown), errors.Is(err, lockcluster.ErrNotHolder))
+	}
+	b, err := lockcluster.Dial(ctx, c.Addrs(), ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close(ctx)
+	if rec, ok, err := b.Record(ctx, "x"); err != nil || !ok || string(rec.Value) != "last" || rec.Token != l.Token() {
+		t.Fatalf("the record: %+v %v %v, want \"last\" with token %d", rec, ok, err, l.Token())
 	}
 }
