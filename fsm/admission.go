@@ -87,6 +87,8 @@ var admissions = map[reflect.Type]Admission{
 		Reason: "the member directory: proposed by the leader for itself and by the Cluster service's Join and Leave, which need an admin credential when auth is on"},
 	cmdType[SetClusterSecret](): {Class: NodeOnly,
 		Reason: "the cluster secret: proposed by a leader whose state has none (or for a member that lacks it), by no RPC; it is never a client's to set"},
+	cmdType[StartChanges](): {Class: NodeOnly,
+		Reason: "proposed by a node asked for a watch (or its status page's live feed) while the cluster builds no changes; starting them is the only effect, once (startchanges.go)"},
 	// The move entries (move_cmd.go) are proposed by the mover and a new
 	// group's first leader, never by a client.
 	cmdType[SetGroup](): {Class: NodeOnly,

@@ -27,6 +27,8 @@ func (a *applier) apply(cmd Command) Result {
 		return a.setMember(c)
 	case *SetClusterSecret:
 		return a.setClusterSecret(c)
+	case *StartChanges:
+		return a.startChanges()
 	case *unknownEntry:
 		return Result{Status: statusIgnored}
 	case *SetGroup, *Freeze, *ImportChunk, *Import, *Reject, *Unfreeze, *Drop:

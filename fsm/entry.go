@@ -30,6 +30,8 @@ const (
 	typeReject      EntryType = 15 // Reject{slots, epoch}: the staged chunks dropped (target, abort)
 	typeUnfreeze    EntryType = 16 // Unfreeze{slots, epoch}: frozen → owned (source, abort, after Reject)
 	typeDrop        EntryType = 17 // Drop{slots, epoch}: frozen → gone, objects removed (source)
+
+	typeStartChanges EntryType = 18 // startchanges.go
 )
 
 var typeNames = map[EntryType]string{
@@ -39,6 +41,7 @@ var typeNames = map[EntryType]string{
 	typeClusterSecret: "SetClusterSecret", typeSetRecord: "SetRecord",
 	typeSetGroup: "SetGroup", typeFreeze: "Freeze", typeImportChunk: "ImportChunk",
 	typeImport: "Import", typeReject: "Reject", typeUnfreeze: "Unfreeze", typeDrop: "Drop",
+	typeStartChanges: "StartChanges",
 }
 
 func (t EntryType) String() string {

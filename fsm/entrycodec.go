@@ -43,7 +43,7 @@ func appendEntry(b []byte, e Entry) ([]byte, error) {
 	}
 	en := encoder{b: b}
 	var flags byte
-	if _, ok := e.Cmd.(*SetClusterSecret); ok || e.ignoreIfUnknown { // clustersecret.go
+	if ignorable(e.Cmd) || e.ignoreIfUnknown { // clustersecret.go, startchanges.go
 		flags |= flagIgnore
 	}
 	en.byte1(envelopeVersion)
@@ -54,6 +54,17 @@ func appendEntry(b []byte, e Entry) ([]byte, error) {
 		return nil, err
 	}
 	return en.b, nil
+}
+
+// ignorable reports whether entries of cmd's type are always flagged
+// ignore-if-unknown: those a node of an earlier build may skip
+// (clustersecret.go, startchanges.go).
+func ignorable(cmd Command) bool {
+	switch cmd.(type) {
+	case *SetClusterSecret, *StartChanges:
+		return true
+	}
+	return false
 }
 
 // DecodeEntry decodes an entry. Its error names what is wrong; a replica
@@ -121,6 +132,8 @@ func newCmd(t EntryType) Command {
 		return &SetClusterSecret{}
 	case typeSetRecord:
 		return &SetRecord{}
+	case typeStartChanges:
+		return &StartChanges{}
 	}
 	return newMoveCmd(t) // move_cmd.go
 }
@@ -199,6 +212,7 @@ func encodeCmd(en *encoder, cmd Command) error {
 		en.bool1(c.Remove)
 	case *SetClusterSecret:
 		en.str(c.Secret)
+	case *StartChanges: // no fields
 	case *SetRecord:
 		en.uvarint(c.Session)
 		en.str(c.Namespace)
@@ -267,6 +281,7 @@ func decodeCmd(d *decoder, cmd Command) {
 		c.Remove = d.bool1()
 	case *SetClusterSecret:
 		c.Secret = d.str()
+	case *StartChanges: // no fields
 	case *SetRecord:
 		c.Session, c.Namespace, c.RequestID, c.Token, c.Name = d.uvarint(), d.str(), d.uvarint(), d.uvarint(), d.str()
 		c.Value = d.bytes()

@@ -63,6 +63,7 @@ var entryLevels = map[EntryType]struct {
 	typeSetMember:     {LevelBase, "the member directory"},
 	typeClusterSecret: {LevelClusterSecret, "the cluster secret"},
 	typeSetRecord:     {LevelRecords, "records"},
+	typeStartChanges:  {LevelRecords, "watches"},
 	typeSetGroup:      {LevelGroups, "groups"},
 	typeFreeze:        {LevelGroups, "slot moves"},
 	typeImportChunk:   {LevelGroups, "slot moves"},
@@ -146,7 +147,7 @@ func snapFormat(hasSecret, hasRecords, hasGroups bool) uint64 {
 
 // usesRecords reports whether st holds anything of LevelRecords.
 func (st *state) usesRecords() bool {
-	return st.nRecords > 0 || st.nSemaphores > 0 || !st.limits.defaultRecordLimits()
+	return st.nRecords > 0 || st.nSemaphores > 0 || !st.limits.defaultRecordLimits() || st.changesFrom != 0
 }
 
 // UsedLevel is the highest protocol level the applied state holds

@@ -26,6 +26,9 @@ type Machine struct {
 	exportChunk int
 	// keepChanges: Apply collects Applied.Changes (KeepChanges).
 	keepChanges bool
+	// keepWatched: Apply collects them after the state's StartChanges
+	// (KeepChangesWhenWatched, startchanges.go).
+	keepWatched bool
 	// changeBuf: the entries' changes are carved from it, one chunk of
 	// changeChunk at a time, so that an entry's changes cost no
 	// allocation of their own (change.go).
@@ -70,7 +73,7 @@ func (m *Machine) applyLocked(index uint64, e Entry) Applied {
 	a := &m.a
 	a.st, a.ns, a.index, a.time, a.out, a.own = m.st, nil, index, e.Time, nil, nil
 	a.logical = m.st.logical(index)
-	a.keep, a.changes, a.ownRecords = m.keepChanges, nil, nil
+	a.keep, a.changes, a.ownRecords = m.keepChanges || m.keepWatched && m.st.changesFrom != 0, nil, nil
 	if a.keep {
 		a.changes = m.changeSpace()
 	}
@@ -81,7 +84,7 @@ func (m *Machine) applyLocked(index uint64, e Entry) Applied {
 		changes = nil // a rejected entry changed nothing
 	}
 	a.out, a.ns, a.own, a.changes, a.ownRecords = nil, nil, nil, nil, nil
-	return Applied{Result: res, Events: out, Changes: changes}
+	return Applied{Result: res, Events: out, Changes: changes, Kept: a.keep}
 }
 
 // ApplyBytes decodes an entry and applies it. An error means the entry

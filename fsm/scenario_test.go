@@ -22,7 +22,10 @@ import (
 //	                               SetRecord; VALUE "" is empty, size=N
 //	                               (without VALUE) is N bytes of x
 //	getrecord NAME [ns=NS]         Machine.Record
-//	changes on|off                 KeepChanges: print each entry's changes
+//	changes on|off|watched         KeepChanges: print each entry's changes;
+//	                               watched: KeepChangesWhenWatched
+//	start-changes                  StartChanges
+//	changesfrom                    Machine.ChangesFrom
 //	release S ID [token=N] [ack=N] [ns=NS]
 //	abort S ID [reason=WORDS...] [ns=NS]
 //	close S [ns=NS] / expire S
@@ -80,6 +83,9 @@ type harness struct {
 	names   map[uint64]string
 	sawTime bool
 	changes bool // print changes (KeepChanges is on)
+	// keepAll, watched: the machine's KeepChanges and
+	// KeepChangesWhenWatched, which a restored machine gets too.
+	keepAll, watched bool
 	// Several machines (move_scenario_test.go): the current one is m,
 	// at index; the others wait in ms and idx by name.
 	cur    string
@@ -165,9 +171,12 @@ func (h *harness) run(t *testing.T, f []string) string {
 	case "snapshot":
 		return h.snapshot(t)
 	case "changes":
-		h.m.KeepChanges(pos[0] == "on")
-		h.changes = pos[0] == "on"
+		h.keepAll, h.watched = pos[0] == "on", h.watched || pos[0] == "watched"
+		h.keep(h.m)
+		h.changes = h.keepAll || h.watched
 		return ""
+	case "changesfrom":
+		return fmt.Sprintf("changes from index %d\n", h.m.ChangesFrom())
 	case "getrecord":
 		rec, idx, ok := h.m.Record(ns, splitNames(pos[0])[0])
 		if !ok {
@@ -189,6 +198,8 @@ func (h *harness) run(t *testing.T, f []string) string {
 		c = &OpenSession{Namespace: ns, Label: opts["label"], TTL: ttl, ClientID: opts["client"]}
 	case "close":
 		c = &CloseSession{Session: h.sess(pos[0]), Namespace: ns}
+	case "start-changes":
+		c = &StartChanges{}
 	case "expire":
 		c = &ExpireSession{Session: h.sess(pos[0])}
 	case "request":
@@ -494,6 +505,14 @@ func (h *harness) query(ns string) string {
 	return b.String()
 }
 
+// keep gives m the harness's change collection.
+func (h *harness) keep(m *Machine) {
+	m.KeepChanges(h.keepAll)
+	if h.watched {
+		m.KeepChangesWhenWatched()
+	}
+}
+
 func (h *harness) snapshot(t *testing.T) string {
 	m2 := NewGroup(h.m.Group())
 	if err := m2.Restore(bytes.NewReader(h.m.Snapshot())); err != nil {
@@ -502,6 +521,7 @@ func (h *harness) snapshot(t *testing.T) string {
 	if h.m.Digest() != m2.Digest() {
 		return "digest differs after restore\n"
 	}
+	h.keep(m2)
 	h.m = m2 // the rest of the script runs on the restored machine
 	return fmt.Sprintf("restored at index %d, same digest\n", m2.LastIndex())
 }

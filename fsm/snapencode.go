@@ -25,6 +25,9 @@ type Snap struct {
 	secret    string    // the cluster secret ("": none, or left out)
 	records   bool      // the state holds something of LevelRecords (format 4)
 	groups    *groupsAt // a group state other than the default (format 5; groups.go)
+	// changesFrom: the StartChanges index, written last when not 0
+	// (startchanges.go).
+	changesFrom uint64
 }
 
 type nsAt struct {
@@ -55,7 +58,7 @@ func (m *Machine) begin() *Snap {
 	st.cow.active = true
 	sn := &Snap{m: m, st: st, lastIndex: st.lastIndex, limits: st.limits,
 		requests: len(st.requests), sessions: len(st.sessions), head: st.sessHead, secret: st.clusterSecret,
-		records: st.usesRecords()}
+		records: st.usesRecords(), changesFrom: st.changesFrom}
 	if !st.defaultGroups() {
 		sn.groups = &groupsAt{group: st.group, offset: st.offset, slots: st.slots, moves: captureMoves(&st.mv)}
 	}
@@ -134,6 +137,9 @@ func (sn *Snap) Encode() ([]byte, error) {
 	}
 	if version >= 5 {
 		encodeGroups(&en, sn.groups)
+	}
+	if sn.changesFrom != 0 { // version >= 4: usesRecords
+		en.uvarint(sn.changesFrom)
 	}
 	return binary.LittleEndian.AppendUint32(en.b, crc32.Checksum(en.b, crcTable)), nil
 }

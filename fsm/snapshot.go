@@ -29,6 +29,8 @@ import (
 //	    to epoch) summing to 4096 (groups.go), then the moves in progress:
 //	    set-group, the frozen slots' Freezes, the rejected epochs and the
 //	    staged imports as their chunks' bytes (move_snap.go)
+//	versions 4 and 5, only when the cluster builds changes: the index of
+//	    its StartChanges (startchanges.go)
 //	CRC-32C of all of the above, 4 bytes little endian
 //
 // The oldest version that carries the state is written (level.go,
@@ -166,6 +168,12 @@ func decodeState(b []byte) (*state, error) {
 			return nil, err
 		}
 		st.findOwnLast()
+	}
+	if d.version >= 4 && d.err == nil && len(d.b) != 0 {
+		st.changesFrom = d.uvarint() // startchanges.go
+		if d.err == nil && (st.changesFrom == 0 || st.changesFrom > st.lastIndex) {
+			return nil, fmt.Errorf("fsm: snapshot at index %d says changes are built from index %d", st.lastIndex, st.changesFrom)
+		}
 	}
 	if d.err == nil && len(d.b) != 0 {
 		d.fail(fmt.Errorf("%d trailing bytes", len(d.b)))

@@ -21,7 +21,10 @@ type state struct {
 	// clusterSecret proves a call comes from a member ("": none yet;
 	// clustersecret.go).
 	clusterSecret string
-	cow           *cow // copy-on-write for the snapshot being encoded (cow.go)
+	// changesFrom: the raw index of the StartChanges applied, 0 before
+	// (startchanges.go).
+	changesFrom uint64
+	cow         *cow // copy-on-write for the snapshot being encoded (cow.go)
 	// nRecords counts the records of every namespace, nSemaphores the
 	// live requests with a MaxHolders: while both are 0 (and the record
 	// limits are the defaults) a snapshot is written in a format the

@@ -173,6 +173,9 @@ type Applied struct {
 	// Changes are what the entry changed, for watches (record.go); only
 	// collected when the machine keeps them (Machine.KeepChanges).
 	Changes []Change
+	// Kept: the machine collected this entry's changes (Changes holds all
+	// of them); false when it builds none (KeepChanges, startchanges.go).
+	Kept bool `json:"-"`
 }
 
 // LockInfo is one line of a Query: the spec's LockInfo (name, mode,

@@ -171,11 +171,12 @@ func Start(cfg Config) (*Node, error) {
 func (n *Node) start() error {
 	cfg := n.cfg
 	n.machine = fsm.New()
-	// Watches stream the changes of every entry this node applies, from
-	// its start: the machine collects them, and the history keeps the
-	// recent ones, before raft restores its snapshot and applies its log
-	// (internal/server/watchhist.go).
-	n.machine.KeepChanges(true)
+	// Watches stream the changes of the entries this node applies: once
+	// the cluster has been watched (fsm's startchanges.go), the machine
+	// collects them and the history keeps the recent ones. The history is
+	// fed from raft's first apply or restore, before the server exists
+	// (internal/watchhist).
+	n.machine.KeepChangesWhenWatched()
 	hist := watchhist.New(cfg.Server.WatchHistory)
 	n.hist = hist
 	n.metrics = metrics.New(n.machine, metrics.WithReplica(cfg.ID)) // before raft starts: it installs go-metrics' sink
@@ -200,7 +201,11 @@ func (n *Node) start() error {
 	srvHolder := &sinkHolder{}
 	adapter := raftfsm.New(n.machine, raftfsm.WithSink(func(i uint64, t int64, ap fsm.Applied) {
 		n.metrics.Applied(i, ap)
-		hist.Append(i, t, ap.Changes)
+		if ap.Kept {
+			hist.Append(i, t, ap.Changes)
+		} else {
+			hist.Skip(i)
+		}
 		srvHolder.apply(i, ap)
 	}), raftfsm.WithRestored(hist.Restored), raftfsm.WithLogger(n.log.Named("fsm")))
 	var err error
@@ -361,7 +366,8 @@ func (n *Node) httpHandler() http.Handler {
 		authorize = n.authz.HTTP
 	}
 	mux.Handle("/metrics", web.Protect(authorize, n.metrics.Handler()))
-	mux.Handle("/", web.Handler(web.Options{NodeID: n.cfg.ID, Machine: n.machine, Raft: n.raft, Authorize: authorize, Health: n.memberHealth, History: n.hist}))
+	mux.Handle("/", web.Handler(web.Options{NodeID: n.cfg.ID, Machine: n.machine, Raft: n.raft, Authorize: authorize, Health: n.memberHealth, History: n.hist,
+		StartChanges: func(ctx context.Context) error { return n.srv.StartChanges(ctx, nil) }}))
 	mux.HandleFunc("/livez", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
 		if err := n.raft.Unfit(); err != nil {

@@ -159,6 +159,11 @@ func (s *Server) Watch(req *pb.WatchRequest, stream grpc.ServerStreamingServer[p
 			return toStatus(fmt.Errorf("%w: node %s has not yet applied index %d that the client has seen", rpcerr.ErrNotReady, s.cfg.Self.ID, need))
 		}
 	}
+	// The cluster builds changes from its first watch on (watchstart.go):
+	// a resume from before that is COMPACTED below.
+	if err := s.StartChanges(ctx, req); err != nil {
+		return toStatus(err)
+	}
 	out := newSender[pb.WatchResponse](stream, s.cfg.StreamSendTimeout)
 	defer out.stop()
 	// after is the watch's cursor in the history: a raw index, as the

@@ -11,11 +11,14 @@
 //
 // The history must see every entry the node applies from its start: the
 // node feeds it from its raft adapter (internal/node: Append from the
-// sink, Restored from the adapter's restore hook), before the server
-// exists, since raft may apply entries (and restores its last snapshot)
-// while the node is still being built. It knows the oldest index a reader
-// can resume from: the index of the snapshot the node started from (or
-// last installed), or the last entry whose changes it dropped.
+// sink, or Skip for an entry whose changes were not built because the
+// cluster has never been watched; Restored from the adapter's restore
+// hook), before the server exists, since raft may apply entries (and
+// restores its last snapshot) while the node is still being built. It
+// knows the oldest index a reader can resume from: the index of the
+// snapshot the node started from (or last installed), of the last entry
+// whose changes were not built, or of the last entry whose changes it
+// dropped.
 //
 // Indexes here are raft's (raw): readers convert what they hand to
 // clients (fsm.Machine.Logical).
@@ -112,6 +115,21 @@ func (h *History) Append(index uint64, time int64, changes []fsm.Change) {
 		}
 	}
 	h.applied = index
+	h.wakeLocked()
+}
+
+// Skip records that the entry applied at index built no changes (the
+// cluster builds none until its first watch: fsm's startchanges.go):
+// nothing up to it can be resumed from. An index at or below the last is
+// ignored.
+func (h *History) Skip(index uint64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if index <= h.applied {
+		return
+	}
+	h.batches, h.front, h.n = nil, nil, 0
+	h.oldest, h.applied = index, index
 	h.wakeLocked()
 }
 

@@ -2,6 +2,7 @@ package web
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -39,6 +40,8 @@ const (
 	defaultMaxStreamsPerIP = 8
 	defaultHeartbeat       = 15 * time.Second
 	defaultWriteTimeout    = 10 * time.Second
+	// startTimeout bounds the start of the cluster's changes (Options.StartChanges).
+	startTimeout = 10 * time.Second
 	// eventsRound bounds the changes taken from the history at once.
 	eventsRound = 1024
 	// retryMillis is how long a browser waits before it reconnects.
@@ -140,13 +143,14 @@ func (l *streamLimit) streams() int {
 // events serves /api/events.
 type events struct {
 	hist         *watchhist.History
+	start        func(context.Context) error
 	limit        *streamLimit
 	heartbeat    time.Duration
 	writeTimeout time.Duration
 }
 
 func newEvents(o Options) *events {
-	e := &events{hist: o.History, heartbeat: o.heartbeat, writeTimeout: o.writeTimeout,
+	e := &events{hist: o.History, start: o.StartChanges, heartbeat: o.heartbeat, writeTimeout: o.writeTimeout,
 		limit: &streamLimit{max: o.maxStreams, perIP: o.maxStreamsPerIP, byIP: map[string]int{}}}
 	if e.limit.max <= 0 {
 		e.limit.max = defaultMaxStreams
@@ -182,6 +186,16 @@ func (e *events) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer e.limit.release(ip)
+	if e.start != nil {
+		ctx, cancel := context.WithTimeout(r.Context(), startTimeout)
+		err := e.start(ctx)
+		cancel()
+		if err != nil {
+			w.Header().Set("Retry-After", "10")
+			http.Error(w, "the cluster does not stream changes now ("+err.Error()+"): the page polls instead", http.StatusServiceUnavailable)
+			return
+		}
+	}
 
 	var buf bytes.Buffer
 	fmt.Fprintf(&buf, "retry: %d\n\n", retryMillis)

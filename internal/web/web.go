@@ -22,6 +22,7 @@
 package web
 
 import (
+	"context"
 	"embed"
 	"encoding/json"
 	"github.com/lockcluster/lockcluster/internal/watchhist"
@@ -63,6 +64,11 @@ type Options struct {
 	// streams to the page (events.go); nil: /api/events is 404 and the
 	// page polls /api/state.
 	History *watchhist.History
+	// StartChanges, when set, makes the cluster build the changes the
+	// history holds (they are built only once the cluster has been
+	// watched: fsm's startchanges.go); /api/events calls it first, and
+	// answers 503 (the page then polls) when it fails.
+	StartChanges func(context.Context) error
 	// maxLocks (tests) bounds the held and the pending locks listed per namespace
 	// (default 200); the counts are always complete.
 	maxLocks int

@@ -4,12 +4,14 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"github.com/lockcluster/lockcluster/internal/watchhist"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -462,5 +464,35 @@ func TestEventsAuthorize(t *testing.T) {
 	f.apply(&fsm.CloseSession{Namespace: "billing", Session: 1})
 	if m := nextEvent(t, ch); !strings.Contains(m.data, `"kind":"session-ended"`) {
 		t.Fatalf("authorized stream: %+v", m)
+	}
+}
+
+// /api/events starts the cluster's changes (Options.StartChanges) before
+// it streams; when they cannot start, 503, and the page polls.
+func TestEventsStartTheChanges(t *testing.T) {
+	f := newFeed(t, 0)
+	var calls atomic.Int32
+	var fail atomic.Bool
+	start := func(ctx context.Context) error {
+		calls.Add(1)
+		if fail.Load() {
+			return errors.New("no leader")
+		}
+		return nil
+	}
+	srv := httptest.NewServer(Handler(Options{Machine: f.m, History: f.h, StartChanges: start}))
+	t.Cleanup(srv.Close)
+	if resp, _ := openEvents(t, srv, "", nil); resp.StatusCode != 200 || calls.Load() != 1 {
+		t.Fatalf("GET /api/events: %d after %d starts, want 200 after 1", resp.StatusCode, calls.Load())
+	}
+	fail.Store(true)
+	resp, err := http.Get(srv.URL + "/api/events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(body), "no leader") {
+		t.Fatalf("GET /api/events when the changes cannot start: %d %q", resp.StatusCode, body)
 	}
 }
