@@ -57,6 +57,21 @@ func (m *Machine) Apply(index uint64, e Entry) Applied {
 	return m.applyLocked(index, e)
 }
 
+// ApplyAll applies entries at strictly increasing indexes under one
+// hold of the write lock, and returns their results in order: what
+// Apply does for each, for raft's batches (raftfsm). Readers wait once per
+// batch instead of once per entry; under load, the wake-ups of the readers
+// each entry's lock had blocked were most of the apply goroutine's
+// lock work on a 16-core machine (docs/benchmarks.md, issue 27 phase 0).
+func (m *Machine) ApplyAll(indexes []uint64, es []Entry, out []Applied) []Applied {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for i, e := range es {
+		out = append(out, m.applyLocked(indexes[i], e))
+	}
+	return out
+}
+
 func (m *Machine) applyLocked(index uint64, e Entry) Applied {
 	if index <= m.st.lastIndex {
 		return Applied{Result: Result{Err: errorf(CodeInvalid, "entry index %d is not after the last applied index %d", index, m.st.lastIndex)}}

@@ -27,6 +27,13 @@ type FSM struct {
 	restored func(index uint64)
 	fatal    func(index uint64, err error)
 	logger   hclog.Logger
+	// batch is ApplyBatch's work space, reused (raft's FSM goroutine).
+	batch struct {
+		pos []int
+		idx []uint64
+		es  []fsm.Entry
+		aps []fsm.Applied
+	}
 }
 
 // Option configures an FSM.
@@ -90,12 +97,37 @@ func (a *FSM) Apply(l *raft.Log) interface{} {
 	return ap
 }
 
-// ApplyBatch applies committed entries in order (raft.BatchingFSM).
+// ApplyBatch applies committed entries in order (raft.BatchingFSM): the
+// command entries under one hold of the machine's lock (Machine.ApplyAll),
+// then the sink for each, in order. A batch with an entry that cannot be
+// applied stops the node before any of it is.
 func (a *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
 	out := make([]interface{}, len(logs))
+	b := &a.batch
+	b.pos, b.idx, b.es, b.aps = b.pos[:0], b.idx[:0], b.es[:0], b.aps[:0]
 	for i, l := range logs {
-		out[i] = a.Apply(l)
+		if l.Type != raft.LogCommand {
+			continue
+		}
+		e, err := fsm.DecodeEntry(l.Data)
+		if err == nil {
+			err = a.m.CheckEntry(l.Index, e) // past 2^48, or another group's SetGroup
+		}
+		if err != nil {
+			a.fatal(l.Index, err)
+			return out
+		}
+		b.pos, b.idx, b.es = append(b.pos, i), append(b.idx, l.Index), append(b.es, e)
 	}
+	b.aps = a.m.ApplyAll(b.idx, b.es, b.aps)
+	for j, ap := range b.aps {
+		if a.sink != nil {
+			a.sink(b.idx[j], b.es[j].Time, ap)
+		}
+		out[b.pos[j]] = ap
+	}
+	clear(b.es) // let the entries' commands go
+	clear(b.aps)
 	return out
 }
 

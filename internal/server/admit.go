@@ -221,9 +221,22 @@ func namespaceOf(cmd fsm.Command) string {
 // pass the applied-state check), and the proposals of each (session,
 // request id), so that copies of one request propose once.
 type gate struct {
-	mu       sync.Mutex
-	opening  map[string]int64
-	proposed map[flightKey]*flight
+	mu      sync.Mutex
+	opening map[string]int64
+	// proposed is sharded by session: every request and release passes
+	// it twice, and one mutex for all of them was the leader's most
+	// contended lock on a 16-core machine (a convoy: each hand-off waited
+	// for the next holder to be scheduled; docs/benchmarks.md, issue 27
+	// phase 0).
+	proposed [flightShards]flightShard
+}
+
+const flightShards = 64
+
+type flightShard struct {
+	mu sync.Mutex
+	m  map[flightKey]*flight
+	_  [48]byte // a cache line each
 }
 
 type flightKey struct {
@@ -241,7 +254,14 @@ type flight struct {
 
 func (g *gate) init() {
 	g.opening = map[string]int64{}
-	g.proposed = map[flightKey]*flight{}
+	for i := range g.proposed {
+		g.proposed[i].m = map[flightKey]*flight{}
+	}
+}
+
+// flights is the shard of the proposals in flight that holds key's.
+func (g *gate) flights(key flightKey) *flightShard {
+	return &g.proposed[key.session%flightShards]
 }
 
 func keyOf(cmd fsm.Command) (flightKey, bool) {
@@ -308,9 +328,9 @@ func (s *Server) proposeOnce(ctx context.Context, cmd fsm.Command) (fsm.Applied,
 			}
 		}
 	}
-	g := &s.gate
+	g := s.gate.flights(key)
 	g.mu.Lock()
-	if f := g.proposed[key]; f != nil {
+	if f := g.m[key]; f != nil {
 		g.mu.Unlock()
 		select {
 		case <-f.done:
@@ -320,11 +340,11 @@ func (s *Server) proposeOnce(ctx context.Context, cmd fsm.Command) (fsm.Applied,
 		}
 	}
 	f := &flight{done: make(chan struct{})}
-	g.proposed[key] = f
+	g.m[key] = f
 	g.mu.Unlock()
 	f.ap, f.idx, f.err = s.propose(ctx, cmd)
 	g.mu.Lock()
-	delete(g.proposed, key)
+	delete(g.m, key)
 	g.mu.Unlock()
 	close(f.done)
 	return f.ap, f.idx, f.err
