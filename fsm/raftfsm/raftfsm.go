@@ -42,7 +42,10 @@ type Option func(*FSM)
 // WithSink sets the function called, on raft's FSM goroutine, with every
 // applied entry's index, leader time (fsm.Entry.Time) and result, events
 // and changes, in log order. It must not block for long: it delays every
-// later entry.
+// later entry. After a batch (ApplyBatch) it is called once the whole
+// batch is applied: the machine may already hold the batch's later
+// entries, so a sink that reads the machine's state must not take it for
+// the state right after its entry.
 func WithSink(f func(index uint64, time int64, ap fsm.Applied)) Option {
 	return func(a *FSM) { a.sink = f }
 }

@@ -158,3 +158,19 @@ func TestSnapshotWhileAnotherEncodes(t *testing.T) {
 	}
 	snap.Release()
 }
+
+// A batch holding an entry that cannot be applied stops the node before
+// any of the batch is applied: no replica applies part of it.
+func TestApplyBatchWithABadEntryAppliesNone(t *testing.T) {
+	var fatal []uint64
+	m := fsm.New()
+	a := New(m, withFatal(func(i uint64, err error) { fatal = append(fatal, i) }))
+	out := a.ApplyBatch([]*raft.Log{
+		{Index: 1, Type: raft.LogCommand, Data: entry(t, &fsm.OpenSession{Namespace: "default", TTL: 10e9})},
+		{Index: 2, Type: raft.LogCommand, Data: []byte{99, 1, 0}},
+		{Index: 3, Type: raft.LogCommand, Data: entry(t, &fsm.OpenSession{Namespace: "default", TTL: 10e9})},
+	})
+	if len(fatal) != 1 || fatal[0] != 2 || m.LastIndex() != 0 || out[0] != nil || out[2] != nil {
+		t.Fatalf("fatal at %v, last index %d, responses %v: want a stop at 2 with nothing applied", fatal, m.LastIndex(), out)
+	}
+}

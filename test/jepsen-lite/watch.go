@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hashicorp/raft"
+
 	"github.com/lockcluster/lockcluster"
 	"github.com/lockcluster/lockcluster/fsm"
 	"github.com/lockcluster/lockcluster/fsm/raftfsm"
@@ -303,10 +305,18 @@ func readNodeLog(dir, ns string, node int, snapshotAt map[uint64]bool) nodeLog {
 		}
 		state(index)
 	}
-	st, err := raftnode.ReadState(filepath.Join(dir, "raft"), raftfsm.New(m, raftfsm.WithSink(sink), raftfsm.WithRestored(state)), nil)
+	// One entry at a time: the sink queries the machine, which after a
+	// batch (raftfsm.ApplyBatch) would already hold the batch's later
+	// entries.
+	one := entryByEntry{raftfsm.New(m, raftfsm.WithSink(sink), raftfsm.WithRestored(state))}
+	st, err := raftnode.ReadState(filepath.Join(dir, "raft"), one, nil)
 	nl.from, nl.to, nl.err = st.SnapshotIndex+1, st.Index, err
 	return nl
 }
+
+// entryByEntry hides an FSM's ApplyBatch: raft (and raftnode.ReadState)
+// then apply one entry at a time.
+type entryByEntry struct{ raft.FSM }
 
 // logLocks converts a machine's query answer as the client converts it
 // from the wire.
