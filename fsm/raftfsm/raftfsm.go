@@ -85,12 +85,8 @@ func (a *FSM) Apply(l *raft.Log) interface{} {
 	if l.Type != raft.LogCommand {
 		return nil
 	}
-	e, err := fsm.DecodeEntry(l.Data)
-	if err == nil {
-		err = a.m.CheckEntry(l.Index, e) // past 2^48, or another group's SetGroup
-	}
-	if err != nil {
-		a.fatal(l.Index, err)
+	e, ok := a.decode(l)
+	if !ok {
 		return nil
 	}
 	ap := a.m.Apply(l.Index, e)
@@ -98,6 +94,20 @@ func (a *FSM) Apply(l *raft.Log) interface{} {
 		a.sink(l.Index, e.Time, ap)
 	}
 	return ap
+}
+
+// decode decodes and checks a command entry; an entry that cannot be
+// applied stops the node (fatal) and ok is false.
+func (a *FSM) decode(l *raft.Log) (e fsm.Entry, ok bool) {
+	e, err := fsm.DecodeEntry(l.Data)
+	if err == nil {
+		err = a.m.CheckEntry(l.Index, e) // past 2^48, or another group's SetGroup
+	}
+	if err != nil {
+		a.fatal(l.Index, err)
+		return fsm.Entry{}, false
+	}
+	return e, true
 }
 
 // ApplyBatch applies committed entries in order (raft.BatchingFSM): the
@@ -112,12 +122,8 @@ func (a *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
 		if l.Type != raft.LogCommand {
 			continue
 		}
-		e, err := fsm.DecodeEntry(l.Data)
-		if err == nil {
-			err = a.m.CheckEntry(l.Index, e) // past 2^48, or another group's SetGroup
-		}
-		if err != nil {
-			a.fatal(l.Index, err)
+		e, ok := a.decode(l)
+		if !ok {
 			return out
 		}
 		b.pos, b.idx, b.es = append(b.pos, i), append(b.idx, l.Index), append(b.es, e)
