@@ -93,10 +93,10 @@ func DecodeEntry(b []byte) (Entry, error) {
 		}
 		return Entry{}, fmt.Errorf("fsm: entry type %d is unknown to this node and not flagged ignore-if-unknown: upgrade this node", t)
 	}
-	if _, ok := cmd.(*SetClusterSecret); ok && !e.ignoreIfUnknown {
-		// The encoder always flags it, so that a node of the previous
-		// release skips it (clustersecret.go): an unflagged one was not
-		// written by a lockcluster node.
+	if ignorable(cmd) && !e.ignoreIfUnknown {
+		// The encoder always flags these, so that a node of the previous
+		// release skips them (clustersecret.go, startchanges.go): an
+		// unflagged one was not written by a lockcluster node.
 		return Entry{}, fmt.Errorf("fsm: %s entry is not flagged ignore-if-unknown", t)
 	}
 	decodeCmd(&d, cmd)

@@ -79,6 +79,11 @@ func TestStartChangesIsIgnorable(t *testing.T) {
 	if b[2]&flagIgnore == 0 {
 		t.Fatalf("flags %#x", b[2])
 	}
+	unflagged := append([]byte(nil), b...)
+	unflagged[2] = 0
+	if _, err := DecodeEntry(unflagged); err == nil || !strings.Contains(err.Error(), "not flagged ignore-if-unknown") {
+		t.Fatalf("an unflagged StartChanges decoded: %v", err)
+	}
 	b[1] = 200 // a type this build does not know
 	e, err := DecodeEntry(b)
 	if err != nil {
