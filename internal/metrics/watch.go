@@ -19,7 +19,7 @@ func (m *Metrics) Watches(open func() int64, h WatchHistory) {
 	m.reg.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "lockcluster_watches",
-			Help: "Watch streams open on this node.",
+			Help: "Watch streams open on this node, the status page's live feeds (/api/events) included.",
 		}, func() float64 { return float64(open()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "lockcluster_watch_history_changes",

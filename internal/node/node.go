@@ -23,6 +23,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -107,15 +108,19 @@ type Node struct {
 	raft    *raftnode.Node
 	machine *fsm.Machine
 	srv     *server.Server
-	hist    *watchhist.History // the watch history: watches and the status page's live feed
-	metrics *metrics.Metrics
-	grpc    *grpc.Server
-	health  *health.Server
-	http    *http.Server
-	grpcLis net.Listener
-	httpLis net.Listener
-	conns   *connLimiter // wraps grpcLis
-	cancel  context.CancelFunc
+	// pageFeeds counts the status page's live feeds (/api/events) open on
+	// this node: readers of the watch history like watches, and counted
+	// with them in lockcluster_watches.
+	pageFeeds atomic.Int64
+	hist      *watchhist.History // the watch history: watches and the status page's live feed
+	metrics   *metrics.Metrics
+	grpc      *grpc.Server
+	health    *health.Server
+	http      *http.Server
+	grpcLis   net.Listener
+	httpLis   net.Listener
+	conns     *connLimiter // wraps grpcLis
+	cancel    context.CancelFunc
 	// Set by secure: gRPC server options, the HTTP TLS configuration.
 	serverOptions []grpc.ServerOption
 	authz         *auth.Authorizer
@@ -234,7 +239,7 @@ func (n *Node) start() error {
 	opts = append(opts, grpc.MaxConcurrentStreams(uint32(orDefault(cfg.MaxConcurrentStreams, DefaultMaxConcurrentStreams))))
 	n.grpc = grpc.NewServer(opts...)
 	n.metrics.Health(n.raft)
-	n.metrics.Watches(n.srv.Watches, hist)
+	n.metrics.Watches(func() int64 { return n.srv.Watches() + n.pageFeeds.Load() }, hist)
 	n.srv.Register(n.grpc)
 	n.health = health.NewServer()
 	healthpb.RegisterHealthServer(n.grpc, n.health)
@@ -367,7 +372,7 @@ func (n *Node) httpHandler() http.Handler {
 	}
 	mux.Handle("/metrics", web.Protect(authorize, n.metrics.Handler()))
 	mux.Handle("/", web.Handler(web.Options{NodeID: n.cfg.ID, Machine: n.machine, Raft: n.raft, Authorize: authorize, Health: n.memberHealth, History: n.hist,
-		StartChanges: func(ctx context.Context) error { return n.srv.StartChanges(ctx, nil) }}))
+		StartChanges: func(ctx context.Context) error { return n.srv.StartChanges(ctx, nil) }, Feeds: &n.pageFeeds}))
 	mux.HandleFunc("/livez", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
 		if err := n.raft.Unfit(); err != nil {

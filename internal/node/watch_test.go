@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -461,6 +462,20 @@ func TestWatchMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.WaitFor(5*time.Second, "lockcluster_watches 1", func() bool { return scrape(t, c, 0, "lockcluster_watches") == 1 })
+	// The status page's live feed reads the history too: it counts.
+	feedCtx, stopFeed := context.WithCancel(ctx)
+	req, err := http.NewRequestWithContext(feedCtx, "GET", "http://"+c.Nodes[0].HTTPAddr()+"/api/events", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	feed, err := http.DefaultClient.Do(req)
+	if err != nil || feed.StatusCode != http.StatusOK {
+		t.Fatalf("GET /api/events: %v %v", feed, err)
+	}
+	c.WaitFor(5*time.Second, "lockcluster_watches 2 with the page's feed", func() bool { return scrape(t, c, 0, "lockcluster_watches") == 2 })
+	stopFeed()
+	feed.Body.Close()
+	c.WaitFor(5*time.Second, "lockcluster_watches 1 once the feed ends", func() bool { return scrape(t, c, 0, "lockcluster_watches") == 1 })
 	open, err := cl.OpenSession(context.Background(), &pb.OpenSessionRequest{Namespace: "m", Ttl: durationpb.New(10 * time.Second)})
 	if err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/lockcluster/lockcluster/fsm"
@@ -144,13 +145,14 @@ func (l *streamLimit) streams() int {
 type events struct {
 	hist         *watchhist.History
 	start        func(context.Context) error
+	feeds        *atomic.Int64
 	limit        *streamLimit
 	heartbeat    time.Duration
 	writeTimeout time.Duration
 }
 
 func newEvents(o Options) *events {
-	e := &events{hist: o.History, start: o.StartChanges, heartbeat: o.heartbeat, writeTimeout: o.writeTimeout,
+	e := &events{hist: o.History, start: o.StartChanges, feeds: o.Feeds, heartbeat: o.heartbeat, writeTimeout: o.writeTimeout,
 		limit: &streamLimit{max: o.maxStreams, perIP: o.maxStreamsPerIP, byIP: map[string]int{}}}
 	if e.limit.max <= 0 {
 		e.limit.max = defaultMaxStreams
@@ -186,6 +188,10 @@ func (e *events) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer e.limit.release(ip)
+	if e.feeds != nil {
+		e.feeds.Add(1)
+		defer e.feeds.Add(-1)
+	}
 	if e.start != nil {
 		ctx, cancel := context.WithTimeout(r.Context(), startTimeout)
 		err := e.start(ctx)

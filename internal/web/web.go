@@ -28,6 +28,7 @@ import (
 	"github.com/lockcluster/lockcluster/internal/watchhist"
 	"io/fs"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/lockcluster/lockcluster/fsm"
@@ -69,6 +70,9 @@ type Options struct {
 	// watched: fsm's startchanges.go); /api/events calls it first, and
 	// answers 503 (the page then polls) when it fails.
 	StartChanges func(context.Context) error
+	// Feeds, when set, counts the /api/events streams open (the node adds
+	// them to lockcluster_watches).
+	Feeds *atomic.Int64
 	// maxLocks (tests) bounds the held and the pending locks listed per namespace
 	// (default 200); the counts are always complete.
 	maxLocks int
