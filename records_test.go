@@ -300,23 +300,11 @@ func TestRecordWriteWithLostAnswer(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close(ctx)
-	var once sync.Once
-	loseAnswer := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		err := invoker(ctx, method, req, reply, cc, opts...)
-		lost := false
-		if method == "/lockcluster.v1.Locks/SetRecord" && err == nil {
-			once.Do(func() {
-				lost = true
-				if _, serr := b.Acquire(ctx, "x", lockcluster.Options{Steal: true}); serr != nil {
-					t.Errorf("steal: %v", serr)
-				}
-			})
+	loseAnswer := loseFirstRecordAnswer(func(ctx context.Context) {
+		if _, serr := b.Acquire(ctx, "x", lockcluster.Options{Steal: true}); serr != nil {
+			t.Errorf("steal: %v", serr)
 		}
-		if lost {
-			return status.Error(codes.Unavailable, "injected: the answer was lost")
-		}
-		return err
-	}
+	})
 	a, err := lockcluster.Dial(ctx, c.Addrs(), ns, lockcluster.WithUnaryWrites(), lockcluster.WithDialOptions(grpc.WithChainUnaryInterceptor(loseAnswer)))
 	if err != nil {
 		t.Fatal(err)
@@ -347,23 +335,11 @@ func TestReleaseWithRecordWithLostAnswer(t *testing.T) {
 	const nsName = "records-lost-release"
 	ns := lockcluster.WithNamespace(nsName)
 	var a *lockcluster.Client
-	var once sync.Once
-	loseAnswer := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		err := invoker(ctx, method, req, reply, cc, opts...)
-		lost := false
-		if method == "/lockcluster.v1.Locks/SetRecord" && err == nil {
-			once.Do(func() {
-				lost = true
-				if _, cerr := rawLocks(t, c.Addrs()[0]).CloseSession(ctx, &pb.CloseSessionRequest{Namespace: nsName, SessionId: a.SessionID(), SessionSecret: a.SessionSecret()}); cerr != nil {
-					t.Errorf("closing the session: %v", cerr)
-				}
-			})
+	loseAnswer := loseFirstRecordAnswer(func(ctx context.Context) {
+		if _, cerr := rawLocks(t, c.Addrs()[0]).CloseSession(ctx, &pb.CloseSessionRequest{Namespace: nsName, SessionId: a.SessionID(), SessionSecret: a.SessionSecret()}); cerr != nil {
+			t.Errorf("closing the session: %v", cerr)
 		}
-		if lost {
-			return status.Error(codes.Unavailable, "injected: the answer was lost")
-		}
-		return err
-	}
+	})
 	a, err := lockcluster.Dial(ctx, c.Addrs(), ns, lockcluster.WithUnaryWrites(), lockcluster.WithDialOptions(grpc.WithChainUnaryInterceptor(loseAnswer)))
 	if err != nil {
 		t.Fatal(err)
@@ -384,5 +360,26 @@ func TestReleaseWithRecordWithLostAnswer(t *testing.T) {
 	defer b.Close(ctx)
 	if rec, ok, err := b.Record(ctx, "x"); err != nil || !ok || string(rec.Value) != "last" || rec.Token != l.Token() {
 		t.Fatalf("the record: %+v %v %v, want \"last\" with token %d", rec, ok, err, l.Token())
+	}
+}
+
+// loseFirstRecordAnswer is a client interceptor that lets the first
+// SetRecord call that succeeds reach the cluster, runs then (what happens
+// while its answer is lost), and reports Unavailable instead of its answer.
+func loseFirstRecordAnswer(then func(ctx context.Context)) grpc.UnaryClientInterceptor {
+	var once sync.Once
+	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		err := invoker(ctx, method, req, reply, cc, opts...)
+		lost := false
+		if method == "/lockcluster.v1.Locks/SetRecord" && err == nil {
+			once.Do(func() {
+				lost = true
+				then(ctx)
+			})
+		}
+		if lost {
+			return status.Error(codes.Unavailable, "injected: the answer was lost")
+		}
+		return err
 	}
 }
