@@ -148,7 +148,11 @@ func (n *Node) open(fsm raft.FSM) error {
 	n.loadDiverged()
 	n.fsm = newTrackingFSM(fsm, n.logger)
 	n.fsm.onCheckpoint = n.checkpointed
-	n.fsm.chain.plant = plantDivergence(cfg.ID, n.logger)
+	plantID := cfg.ID // a group g ≥ 1's replica is ID/g (WALMetricLabels)
+	if g := cfg.WALMetricLabels["group"]; g != "" {
+		plantID += "/" + g
+	}
+	n.fsm.chain.plant = plantDivergence(plantID, n.logger)
 	// raft blocks on NotifyCh; watchLeadership drains it until raft stops.
 	notify := make(chan bool, 16)
 	n.raft, err = raft.NewRaft(cfg.raftConfig(notify), n.fsm, n.logs, store, snaps, n.clamp)

@@ -14,7 +14,7 @@ import (
 
 // THIS BUILD PLANTS A DIVERGENCE ON PURPOSE. With the build tag
 // divergencetest and LOCKCLUSTER_TEST_DIVERGE=ID:INDEX in the environment,
-// the node whose raft ID is ID hashes the first command it applies at or
+// the node whose raft ID is ID (ID/G: its replica of group G ≥ 1) hashes the first command it applies at or
 // after INDEX as if its data were different: a replica that applied
 // something the others did not. Tests use it to show that the next
 // checkpoint fences the replica. Never ship a binary built with this tag.

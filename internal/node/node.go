@@ -38,6 +38,7 @@ import (
 	"github.com/lockcluster/lockcluster/fsm/raftfsm"
 	"github.com/lockcluster/lockcluster/internal/auth"
 	"github.com/lockcluster/lockcluster/internal/metrics"
+	"github.com/lockcluster/lockcluster/internal/raftmux"
 	"github.com/lockcluster/lockcluster/internal/server"
 	"github.com/lockcluster/lockcluster/internal/web"
 	"github.com/lockcluster/lockcluster/raftnode"
@@ -99,6 +100,11 @@ type Config struct {
 	// EnablePprof serves net/http/pprof at /debug/pprof/ on the HTTP
 	// address, behind the admin credential when auth is on.
 	EnablePprof bool
+	// Groups is the number of Raft groups the cluster runs (0 or 1: one,
+	// the cluster as before groups; at most MaxGroups). Every member of a
+	// cluster of several groups is bootstrapped with the same number
+	// (groups.go).
+	Groups int
 }
 
 // Node is a running member.
@@ -135,6 +141,14 @@ type Node struct {
 	// Reload at a time.
 	tls      *tlsStore
 	reloadMu sync.Mutex
+
+	// groups.go: with several groups, every group (group 0 first, whose
+	// machine, raft member and server are also machine, raft and srv
+	// above), the raft port they share, and whether this node's replicas
+	// show the initial spread done (spread.go). groups is nil with one.
+	groups     []*group
+	mux        *raftmux.Mux
+	spreadDone atomic.Bool
 }
 
 // Start starts a node and returns once it serves (it may not have a leader
@@ -142,6 +156,9 @@ type Node struct {
 func Start(cfg Config) (*Node, error) {
 	if cfg.ID == "" || cfg.DataDir == "" {
 		return nil, errors.New("node: an id and a data directory are required")
+	}
+	if err := checkGroups(cfg); err != nil {
+		return nil, err
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: "lockcluster", Output: os.Stderr, Level: hclog.Info})
@@ -175,6 +192,7 @@ func Start(cfg Config) (*Node, error) {
 
 func (n *Node) start() error {
 	cfg := n.cfg
+	var err error
 	n.machine = fsm.New()
 	// Watches stream the changes of the entries this node applies: once
 	// the cluster has been watched (fsm's startchanges.go), the machine
@@ -203,6 +221,16 @@ func (n *Node) start() error {
 	// A cluster this node bootstraps is stamped with this node's protocol
 	// level: the floor below which no member runs (server/level.go).
 	rcfg.BootstrapStamp = uint64(orDefault(scfg.ProtocolLevel, fsm.ProtocolLevel))
+	if cfg.Groups > 1 {
+		if n.mux, err = n.raftMux(); err != nil {
+			return err
+		}
+		layer, err := n.mux.Group(0)
+		if err != nil {
+			return err
+		}
+		rcfg.StreamLayer, rcfg.BindAddr = layer, ""
+	}
 	srvHolder := &sinkHolder{}
 	adapter := raftfsm.New(n.machine, raftfsm.WithSink(func(i uint64, t int64, ap fsm.Applied) {
 		n.metrics.Applied(i, ap)
@@ -213,15 +241,27 @@ func (n *Node) start() error {
 		}
 		srvHolder.apply(i, ap)
 	}), raftfsm.WithRestored(hist.Restored), raftfsm.WithLogger(n.log.Named("fsm")))
-	var err error
 	if n.raft, err = raftnode.New(rcfg, adapter); err != nil {
+		n.closeMux()
 		return fmt.Errorf("node: %w", err)
 	}
 	self.RaftAddr = n.raft.Addr()
 	scfg.Self = self
+	base := scfg
 	scfg.BootstrapLevel = int(n.raft.BootstrapStamp())
 	n.srv = server.New(scfg)
 	srvHolder.set(n.srv)
+	if cfg.Groups > 1 {
+		n.groups = []*group{{id: 0, machine: n.machine, hist: hist, raft: n.raft, srv: n.srv}}
+		for g := 1; g < cfg.Groups; g++ {
+			gr, err := n.startGroup(uint16(g), base, n.mux)
+			if err != nil {
+				n.closeGroups()
+				return err
+			}
+			n.groups = append(n.groups, gr)
+		}
+	}
 
 	// A pool of stream workers serves RPCs on reused goroutines instead of
 	// a new goroutine (and stack growth) per call: less CPU per request.
@@ -233,14 +273,23 @@ func (n *Node) start() error {
 	opts = append(opts, n.srv.MemberOptions()...)
 	opts = append(opts, n.srv.AuditOptions()...)
 	opts = append(opts, n.serverOptions...)
-	// After auth: a diverged replica answers nothing from its state.
-	opts = append(opts, grpc.ChainUnaryInterceptor(server.FenceUnary(n.raft.Unfit)),
-		grpc.ChainStreamInterceptor(server.FenceStream(n.raft.Unfit, n.raft.Fenced)))
+	// After auth: a diverged replica answers nothing from its state. With
+	// several groups the router fences each call by its group.
+	if n.groups == nil {
+		opts = append(opts, grpc.ChainUnaryInterceptor(server.FenceUnary(n.raft.Unfit)),
+			grpc.ChainStreamInterceptor(server.FenceStream(n.raft.Unfit, n.raft.Fenced)))
+	}
 	opts = append(opts, grpc.MaxConcurrentStreams(uint32(orDefault(cfg.MaxConcurrentStreams, DefaultMaxConcurrentStreams))))
 	n.grpc = grpc.NewServer(opts...)
 	n.metrics.Health(n.raft)
 	n.metrics.Watches(func() int64 { return n.srv.Watches() + n.pageFeeds.Load() }, hist)
-	n.srv.Register(n.grpc)
+	if n.groups == nil {
+		n.srv.Register(n.grpc)
+	} else {
+		rt := &router{groups: n.groups}
+		pb.RegisterLocksServer(n.grpc, rt)
+		pb.RegisterClusterServer(n.grpc, rt)
+	}
 	n.health = health.NewServer()
 	healthpb.RegisterHealthServer(n.grpc, n.health)
 	reflection.Register(n.grpc)
@@ -252,6 +301,9 @@ func (n *Node) start() error {
 	n.cancel = cancel
 	n.wg.Add(2)
 	go func() { defer n.wg.Done(); n.srv.Run(ctx, n.raft) }()
+	if n.groups != nil {
+		n.runGroups(ctx) // groups.go
+	}
 	go func() { defer n.wg.Done(); _ = n.grpc.Serve(n.conns) }()
 	if n.httpLis != nil {
 		n.http = &http.Server{Handler: n.httpHandler(), ReadHeaderTimeout: 5 * time.Second, TLSConfig: n.httpTLS}
@@ -345,7 +397,7 @@ func (n *Node) watchHealth(ctx context.Context) {
 	defer cancel()
 	for {
 		st := healthpb.HealthCheckResponse_NOT_SERVING
-		if id, _ := n.raft.Leader(); id != "" && n.raft.Unfit() == nil {
+		if n.unready() == nil {
 			st = healthpb.HealthCheckResponse_SERVING
 		}
 		n.health.SetServingStatus("", st)
@@ -375,12 +427,8 @@ func (n *Node) httpHandler() http.Handler {
 		StartChanges: func(ctx context.Context) error { return n.srv.StartChanges(ctx, nil) }, Feeds: &n.pageFeeds}))
 	mux.HandleFunc("/livez", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
-		if err := n.raft.Unfit(); err != nil {
+		if err := n.unready(); err != nil {
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		if id, _ := n.raft.Leader(); id == "" {
-			http.Error(w, "no leader", http.StatusServiceUnavailable)
 			return
 		}
 		fmt.Fprintln(w, "ok")
@@ -423,6 +471,9 @@ func (n *Node) Close(ctx context.Context) error {
 		n.health.Shutdown()
 		n.cancel() // session streams end: their clients move to other nodes
 		err := n.raft.Shutdown(ctx)
+		if gerr := n.shutdownGroups(ctx); err == nil {
+			err = gerr
+		}
 		stopped := make(chan struct{})
 		go func() { n.grpc.GracefulStop(); close(stopped) }()
 		select {
@@ -436,6 +487,7 @@ func (n *Node) Close(ctx context.Context) error {
 			_ = n.http.Close()
 		}
 		n.wg.Wait()
+		n.closeMux()
 		n.closeErr = err
 	})
 	return n.closeErr

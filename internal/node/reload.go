@@ -65,12 +65,16 @@ func (n *Node) Reload(cfg Config) error {
 		}
 	}
 	s := cfg.Server
-	n.srv.Reload(server.Settings{
+	settings := server.Settings{
 		NamespaceRate: s.NamespaceRate, NamespaceBurst: s.NamespaceBurst,
 		NamespaceBytesRate: s.NamespaceBytesRate, NamespaceBytesBurst: s.NamespaceBytesBurst,
 		RefusalRate: s.RefusalRate, AuditRefusalInterval: s.AuditRefusalInterval,
 		NodeToken: n.nodeToken(), Limits: s.Limits,
-	})
+	}
+	n.srv.Reload(settings)
+	for _, gr := range n.others() { // every group's leader proposes the limits
+		gr.srv.Reload(settings)
+	}
 	return nil
 }
 

@@ -45,7 +45,7 @@ func isForwarded(ctx context.Context) bool {
 func (s *Server) forwardContext(ctx context.Context) context.Context {
 	md, _ := metadata.FromIncomingContext(ctx)
 	out := metadata.Pairs(forwardedKey, s.cfg.Self.ID)
-	if secret := s.m.ClusterSecret(); secret != "" {
+	if secret := s.dir.ClusterSecret(); secret != "" {
 		out.Set(auth.MemberSecretKey, auth.MemberSecretValue(secret))
 	}
 	if s.adminCaller(ctx) {
@@ -67,7 +67,7 @@ func (s *Server) leaderConn(ctx context.Context, notLeader error) (*grpc.ClientC
 	if isForwarded(ctx) || !errors.As(notLeader, &nl) || nl.LeaderID == "" || nl.LeaderID == s.cfg.Self.ID {
 		return nil, notLeader
 	}
-	for _, m := range s.m.Members() {
+	for _, m := range s.dir.Members() {
 		if m.ID == nl.LeaderID && m.GRPCAddr != "" {
 			return s.peers.get(m.GRPCAddr)
 		}

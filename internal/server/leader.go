@@ -49,6 +49,15 @@ func (s *Server) lead(ctx context.Context) {
 	s.probes.forget() // a new term probes anew: its levels too (level.go)
 	s.levels.forget()
 	s.probeNow()
+	if s.cfg.Group != 0 { // the secret and the directory are group 0's
+		if err := s.live.Lead(ctx); err != nil {
+			return
+		}
+		s.log.Info("leading", "group", s.cfg.Group, "applied", s.m.LastIndex())
+		s.applyLimits(ctx)
+		s.keepLimits(ctx)
+		return
+	}
 	drawn := s.drawClusterSecret(ctx)
 	if err := s.live.Lead(ctx); err != nil {
 		return

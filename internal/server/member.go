@@ -78,7 +78,7 @@ const secretHealInterval = 10 * time.Second
 
 // fromMember reports whether the call ctx proves it comes from a member.
 func (s *Server) fromMember(ctx context.Context) bool {
-	return auth.FromMember(ctx, s.m.ClusterSecret(), s.namesMember)
+	return auth.FromMember(ctx, s.dir.ClusterSecret(), s.namesMember)
 }
 
 // namesMember reports whether a certificate identity is a member's: a node
@@ -116,7 +116,7 @@ func (s *Server) memberOnly(ctx context.Context, method string) error {
 	if s.fromMember(ctx) {
 		return nil
 	}
-	if s.m.ClusterSecret() == "" {
+	if s.dir.ClusterSecret() == "" {
 		if s.member.openWarned.CompareAndSwap(false, true) {
 			s.log.Warn("the cluster secret is not drawn yet (a member runs an older release or has not been heard from): member-only calls are accepted from any caller until it is", "method", method)
 		}
@@ -133,9 +133,9 @@ func (s *Server) memberOnly(ctx context.Context, method string) error {
 // fsm/clustersecret.go) then gets it; every other member already has it,
 // and the entry changes nothing there.
 func (s *Server) healSecret(ctx context.Context) {
-	secret := s.m.ClusterSecret()
+	secret := s.dir.ClusterSecret()
 	r := s.replica()
-	if secret == "" || auth.PresentsMemberSecret(ctx) || r == nil || !r.IsLeader() {
+	if s.cfg.Group != 0 || secret == "" || auth.PresentsMemberSecret(ctx) || r == nil || !r.IsLeader() {
 		return
 	}
 	now, last := s.cfg.Now().UnixNano(), s.member.lastHeal.Load()
@@ -157,7 +157,7 @@ func (s *Server) healSecret(ctx context.Context) {
 // which holds every secret committed in an earlier term; should two be
 // drawn anyway, the first applied wins everywhere (fsm).
 func (s *Server) drawClusterSecret(ctx context.Context) error {
-	if s.m.ClusterSecret() != "" {
+	if s.dir.ClusterSecret() != "" {
 		return nil
 	}
 	if err := s.gateLevel(&fsm.SetClusterSecret{}); err != nil { // level.go
@@ -170,7 +170,7 @@ func (s *Server) drawClusterSecret(ctx context.Context) error {
 	if err := r.ReadBarrier(ctx); err != nil {
 		return err
 	}
-	if s.m.ClusterSecret() != "" {
+	if s.dir.ClusterSecret() != "" {
 		return nil
 	}
 	b := make([]byte, clusterSecretBytes)

@@ -63,7 +63,7 @@ func (ms *membership) replica() (Replica, error) {
 }
 
 // directory is the member directory as this node has applied it, by id.
-func (ms *membership) directory() []fsm.Member { return ms.s.m.Members() }
+func (ms *membership) directory() []fsm.Member { return ms.s.dir.Members() }
 
 // record is member id's directory record, if it has one.
 func (ms *membership) record(id string) (fsm.Member, bool) {

@@ -127,6 +127,16 @@ type Config struct {
 	// BootstrapStamp); 0 when unknown. A member the leader has not heard
 	// from counts at it (level.go).
 	BootstrapLevel int
+	// Group is the Raft group this server serves (0: the first, and the
+	// only one of a cluster of one group). A server of a group g ≥ 1
+	// leaves the cluster-wide duties to group 0's: it neither records
+	// this node in the member directory nor draws the cluster secret
+	// (internal/node's group manager; groups.md §10.3).
+	Group uint16
+	// Directory is the machine that holds the member directory and the
+	// cluster secret, which this server forwards and checks members by:
+	// group 0's (nil: Machine, which is group 0's when Group is 0).
+	Directory *fsm.Machine
 }
 
 // Observer is told, on the node that proposed an entry, when a request was
@@ -153,6 +163,7 @@ type Server struct {
 
 	cfg        Config
 	m          *fsm.Machine
+	dir        *fsm.Machine // Config.Directory: the member directory and the cluster secret
 	node       atomic.Pointer[replicaCell]
 	live       *session.Liveness // session deadlines and heartbeats: session/DESIGN.md
 	hub        *hub
@@ -196,7 +207,10 @@ func New(cfg Config) *Server {
 	if cfg.DialOptions == nil {
 		cfg.DialOptions = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
 	}
-	s := &Server{cfg: cfg, m: cfg.Machine, log: cfg.Logger, done: make(chan struct{})}
+	s := &Server{cfg: cfg, m: cfg.Machine, dir: cfg.Directory, log: cfg.Logger, done: make(chan struct{})}
+	if s.dir == nil {
+		s.dir = cfg.Machine
+	}
 	s.hist = cfg.History
 	if s.hist == nil {
 		s.hist = watchhist.New(cfg.WatchHistory)
@@ -264,7 +278,12 @@ func (s *Server) Run(ctx context.Context, node Replica) {
 	go func() { defer wg.Done(); s.live.Run(ctx) }()
 	go func() { defer wg.Done(); s.refusals.run(ctx, s.cfg.Now) }()
 	go func() { defer wg.Done(); s.followLeadership(ctx) }()
-	go func() { defer wg.Done(); s.members.register(ctx) }()
+	go func() {
+		defer wg.Done()
+		if s.cfg.Group == 0 { // the directory is group 0's
+			s.members.register(ctx)
+		}
+	}()
 	go func() { defer wg.Done(); s.probeMembers(ctx) }()
 	go func() { defer wg.Done(); s.watchLeaderless(ctx) }()
 	wg.Wait()

@@ -67,8 +67,24 @@ func (c *Cluster) hashReport() string {
 
 // compareRunning compares the running nodes' hashes at the smallest index
 // they have all applied, after waiting up to wait for them to reach the
-// same index, and keeps what differs in c.diverged.
+// same index, and keeps what differs in c.diverged: in every group of a
+// cluster of several, each group's replicas among themselves.
 func (c *Cluster) compareRunning(wait time.Duration) {
+	groups := 1
+	c.mu.Lock()
+	for _, nd := range c.Nodes {
+		if nd != nil {
+			groups = nd.Groups()
+		}
+	}
+	c.mu.Unlock()
+	for g := 0; g < groups; g++ {
+		c.compareGroup(g, groups, wait)
+	}
+}
+
+// compareGroup is compareRunning for group g of groups.
+func (c *Cluster) compareGroup(g, groups int, wait time.Duration) {
 	var rs []hashSource
 	var unknown, fenced []string
 	deadline := time.Now().Add(wait)
@@ -79,15 +95,19 @@ func (c *Cluster) compareRunning(wait time.Duration) {
 			if nd == nil {
 				continue
 			}
-			if err := nd.Raft().Diverged(); err != nil {
-				fenced = append(fenced, fmt.Sprintf("%s fenced itself: %v", nd.ID(), err))
+			id, r := nd.ID(), nd.GroupRaft(g)
+			if groups > 1 {
+				id = fmt.Sprintf("%s (group %d)", id, g)
 			}
-			index, _, known := nd.Raft().AppliedHash()
+			if err := r.Diverged(); err != nil {
+				fenced = append(fenced, fmt.Sprintf("%s fenced itself: %v", id, err))
+			}
+			index, _, known := r.AppliedHash()
 			if !known {
-				unknown = append(unknown, nd.ID())
+				unknown = append(unknown, id)
 				continue
 			}
-			rs = append(rs, hashSource{id: nd.ID(), index: index, at: nd.Raft().HashAt})
+			rs = append(rs, hashSource{id: id, index: index, at: r.HashAt})
 		}
 		c.mu.Unlock()
 		// Wait for the running nodes to reach the same index, and to know

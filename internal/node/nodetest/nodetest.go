@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -20,6 +21,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/lockcluster/lockcluster/internal/node"
+	"github.com/lockcluster/lockcluster/internal/proccluster"
 	"github.com/lockcluster/lockcluster/internal/testutil"
 	"github.com/lockcluster/lockcluster/raftnode"
 )
@@ -56,6 +58,25 @@ type Options struct {
 	Quiet bool
 	// Node, if set, adjusts each node's configuration before it starts.
 	Node func(*node.Config)
+	// Groups, above 1, starts a cluster of that many Raft groups: every
+	// node bootstraps with all of them (such a cluster takes no joins),
+	// and Start returns once every node's replicas show the slots spread.
+	// 0: GroupsEnv's value, else one group.
+	Groups int
+}
+
+// GroupsEnv, when set to a number above 1, runs every test cluster that
+// names no Groups with that many groups: the client's and the semantics'
+// tests then run against a cluster of several groups (scripts/test).
+const GroupsEnv = "LOCKCLUSTER_TEST_GROUPS"
+
+// groupsOf is the number of groups a cluster of opts runs.
+func groupsOf(opts Options) int {
+	if opts.Groups != 0 {
+		return opts.Groups
+	}
+	g, _ := strconv.Atoi(os.Getenv(GroupsEnv))
+	return max(g, 1)
 }
 
 // Start starts n nodes: the first bootstraps the cluster, the others join
@@ -85,6 +106,17 @@ func Start(t T, n int, opts Options) *Cluster {
 		}
 	})
 	dir := t.TempDir()
+	groups := groupsOf(opts)
+	var peers []raftnode.Peer // every node's, with several groups
+	if groups > 1 {
+		for i := 0; i < n; i++ {
+			addr, err := proccluster.FreeAddr("127.0.0.1")
+			if err != nil {
+				t.Fatalf("a raft port: %v", err)
+			}
+			peers = append(peers, raftnode.Peer{ID: fmt.Sprintf("node%d", i), Addr: addr})
+		}
+	}
 	for i := 0; i < n; i++ {
 		cfg := node.Config{
 			ID: fmt.Sprintf("node%d", i), DataDir: fmt.Sprintf("%s/node%d", dir, i),
@@ -95,9 +127,12 @@ func Start(t T, n int, opts Options) *Cluster {
 		if opts.Node != nil {
 			opts.Node(&cfg)
 		}
-		if i == 0 {
+		switch {
+		case groups > 1:
+			cfg.Groups, cfg.RaftAddr, cfg.Bootstrap = groups, peers[i].Addr, peers
+		case i == 0:
 			cfg.Bootstrap = []raftnode.Peer{{ID: cfg.ID}}
-		} else {
+		default:
 			cfg.Join = c.Nodes[0].GRPCAddr()
 		}
 		nd, err := node.Start(cfg)
@@ -109,9 +144,19 @@ func Start(t T, n int, opts Options) *Cluster {
 		cfg.Bootstrap, cfg.Join = nil, ""
 		c.Nodes = append(c.Nodes, nd)
 		c.cfgs = append(c.cfgs, cfg)
-		if i == 0 {
+		if i == 0 && groups == 1 {
 			c.WaitLeader(10 * time.Second)
 		}
+	}
+	if groups > 1 {
+		c.WaitFor(20*time.Second, "every node's replicas to show the slots spread over the groups", func() bool {
+			for _, nd := range c.Nodes {
+				if !nd.SpreadDone() {
+					return false
+				}
+			}
+			return true
+		})
 	}
 	c.WaitFor(10*time.Second, "every node to be a voter with a directory record", func() bool {
 		for _, nd := range c.Nodes {
