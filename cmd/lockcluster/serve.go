@@ -41,6 +41,7 @@ type serveConfig struct {
 	checkpointEntries                         int64
 	tls                                       node.TLSFiles
 	maxMessage                                int64
+	groups                                    int64
 	pprof                                     bool
 	blockProfileRate, mutexProfileFraction    int64
 	memoryLimit                               string
@@ -97,6 +98,7 @@ func (c *serveConfig) settings() []setting {
 		{key: "advertise-raft", usage: "raft address other nodes use (default: raft-addr)", str: &c.advRaft},
 		{key: "advertise-http", usage: "HTTP address shown to others (default: http-addr)", str: &c.advHTTP},
 		{key: "bootstrap", usage: "first voters of a NEW cluster, id=raft-host:port,... (this node among them); ignored once the data dir has state", str: &c.bootstrap},
+		{key: "groups", usage: "Raft groups of a NEW cluster (1 to 32): the namespaces spread over them, each group with its own leader and log (DataDir/groups/g<g>); every --bootstrap voter must name the same number, and such a cluster takes no joins yet", num: &c.groups},
 		{key: "join", usage: "client API address of a member to join through, for a new node", str: &c.join},
 		{key: "join-voter", usage: "with join: join as a voter at once, rather than as a learner that the leader promotes to voter once it has caught up (see lockcluster join)", flag: &c.joinVoter},
 		{key: "bootstrap-check", usage: "client API addresses of the --bootstrap voters, id=host:port,...: on an empty data directory only the first voter bootstraps, once every other one answers that it has no raft state; a node that finds one with state joins through it (a lost volume never starts a second cluster)", str: &c.bootstrapCheck},
@@ -149,7 +151,7 @@ func defaultServeConfig() *serveConfig {
 	return &serveConfig{id: host, dataDir: "lockcluster-data", grpcAddr: "127.0.0.1:7700", raftAddr: "127.0.0.1:7701", httpAddr: "127.0.0.1:7702",
 		heartbeat: 500 * time.Millisecond, election: 500 * time.Millisecond, lease: 500 * time.Millisecond, logLevel: "info", logFormat: "text",
 		checkpointEvery: raftnode.DefaultCheckpointInterval, logStore: raftnode.LogStoreWAL, checkpointEntries: raftnode.DefaultCheckpointEntries,
-		maxMessage: 4 << 20, streamBacklog: server.DefaultStreamBacklogBytes, streamsPerSession: server.DefaultMaxStreamsPerSession,
+		maxMessage: 4 << 20, groups: 1, streamBacklog: server.DefaultStreamBacklogBytes, streamsPerSession: server.DefaultMaxStreamsPerSession,
 		streamsPerConn: node.DefaultMaxConcurrentStreams, connsPerIP: node.DefaultMaxConnsPerIP, connIdle: node.DefaultConnIdleTimeout, watchHistory: watchhist.DefaultSize, sessionRate: 5000, sessionBurst: 10000, auditRefusalInterval: server.DefaultAuditRefusalInterval,
 		namespaceRate: 0, namespaceBurst: 100000, namespaceBytesRate: 8 << 20, namespaceBytesBurst: 16 << 20, refusalRate: 1000, limits: defaultLimits(), gcHeadroom: "256MiB",
 		tlsWatch: 5 * time.Second}
@@ -286,6 +288,10 @@ func (c *serveConfig) run() error {
 		Bootstrap: peers, Join: c.join, JoinLearner: !c.joinVoter, Logger: logger,
 		MaxMessageBytes: int(c.maxMessage), EnablePprof: c.pprof,
 	}
+	if c.groups < 1 || c.groups > node.MaxGroups {
+		return &exitError{code: exitUsage, msg: fmt.Sprintf("--groups=%d: want 1 to %d", c.groups, node.MaxGroups)}
+	}
+	cfg.Groups = int(c.groups)
 	// What a reload changes too (reload.go).
 	if err := c.reloadable(&cfg); err != nil {
 		return &exitError{code: exitUsage, msg: err.Error()}

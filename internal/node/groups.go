@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -229,4 +231,40 @@ func (n *Node) GroupMachine(g int) *fsm.Machine {
 		return n.machine
 	}
 	return n.groups[g].machine
+}
+
+// groupsFile records, in a data directory of a cluster of several
+// groups, how many it runs: a node restarted with another --groups would
+// otherwise bootstrap new, empty groups beside the old ones, or leave
+// groups unserved. A data directory without it holds one group (as every
+// directory of a release before groups).
+func groupsFile(dataDir string) string { return filepath.Join(dataDir, "groups", "count") }
+
+// checkGroupCount refuses a Config.Groups other than the one the data
+// directory was made with, and records it for a new directory.
+func checkGroupCount(cfg Config) error {
+	want := max(cfg.Groups, 1)
+	had := 0 // 0: a new directory (no raft state of group 0 yet)
+	if entries, _ := os.ReadDir(groupDir(cfg.DataDir, 0)); len(entries) > 0 {
+		had = 1 // raft state and no record: one group
+		if b, err := os.ReadFile(groupsFile(cfg.DataDir)); err == nil {
+			if had, err = strconv.Atoi(strings.TrimSpace(string(b))); err != nil || had < 1 {
+				return fmt.Errorf("node: %s: %q is not a number of groups", groupsFile(cfg.DataDir), b)
+			}
+		} else if !os.IsNotExist(err) {
+			return fmt.Errorf("node: %w", err)
+		}
+	}
+	switch {
+	case had != 0 && had != want:
+		return fmt.Errorf("node: the data directory %s holds a cluster of %d group(s), and this node was started with --groups %d: the number of groups of a cluster cannot change yet (issue 27, phase 4); start it with --groups %d", cfg.DataDir, had, want, had)
+	case had == 0 && want > 1:
+		if err := os.MkdirAll(filepath.Dir(groupsFile(cfg.DataDir)), 0o755); err != nil {
+			return fmt.Errorf("node: %w", err)
+		}
+		if err := os.WriteFile(groupsFile(cfg.DataDir), []byte(strconv.Itoa(want)+"\n"), 0o644); err != nil {
+			return fmt.Errorf("node: %w", err)
+		}
+	}
+	return nil
 }

@@ -166,6 +166,9 @@ func Start(cfg Config) (*Node, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("node: data directory %s: %w", cfg.DataDir, err)
 	}
+	if err := checkGroupCount(cfg); err != nil { // groups.go
+		return nil, err
+	}
 	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.ID), removed: make(chan struct{})}
 	if err := n.secure(); err != nil {
 		return nil, err
