@@ -107,7 +107,28 @@ type Status struct {
 	// follower).
 	Level        uint32 `json:"level,omitempty"`
 	ClusterLevel uint32 `json:"clusterLevel,omitempty"`
-	Err          string `json:"error,omitempty"`
+	// Groups, on a cluster of several Raft groups, is the node's replica
+	// of each (group 0 first); the counts above are then their sums.
+	// Empty with one group.
+	Groups []GroupStatus `json:"groups,omitempty"`
+	Err    string        `json:"error,omitempty"`
+}
+
+// GroupStatus is a node's replica of one Raft group.
+type GroupStatus struct {
+	Group        uint32 `json:"group"`
+	State        string `json:"state"`
+	LeaderID     string `json:"leaderId"`
+	Term         uint64 `json:"term"`
+	CommitIndex  uint64 `json:"commitIndex"`
+	AppliedIndex uint64 `json:"appliedIndex"`
+	// Slots is how many of the 4,096 slots the replica's state says the
+	// group serves: once they add up to 4,096, every namespace is served.
+	Slots    uint32 `json:"slots"`
+	Sessions uint64 `json:"sessions"`
+	Held     uint64 `json:"held"`
+	Pending  uint64 `json:"pending"`
+	Unfit    string `json:"unfit,omitempty"`
 }
 
 // levelBeforeLevels is the protocol level of a node that reports none.
@@ -134,6 +155,11 @@ func (a *Admin) Status(ctx context.Context) []Status {
 				Level: st.ProtocolLevel, ClusterLevel: st.ClusterLevel}
 			if out[i].Level == 0 {
 				out[i].Level = levelBeforeLevels
+			}
+			for _, g := range st.Groups {
+				out[i].Groups = append(out[i].Groups, GroupStatus{Group: g.Group, State: g.State, LeaderID: g.LeaderId, Term: g.Term,
+					CommitIndex: g.CommitIndex, AppliedIndex: g.AppliedIndex, Slots: g.Slots, Sessions: g.Sessions, Held: g.Held,
+					Pending: g.Pending, Unfit: g.Unfit})
 			}
 		}()
 	}

@@ -3511,7 +3511,12 @@ type StatusResponse struct {
 	// the members of the raft configuration, as its probes heard them (a
 	// member not heard from yet counts as the previous release's level).
 	// Nothing newer is proposed. 0 on a follower.
-	ClusterLevel  uint32 `protobuf:"varint,16,opt,name=cluster_level,json=clusterLevel,proto3" json:"cluster_level,omitempty"`
+	ClusterLevel uint32 `protobuf:"varint,16,opt,name=cluster_level,json=clusterLevel,proto3" json:"cluster_level,omitempty"`
+	// A cluster of several Raft groups (serve --groups): this node's
+	// replica of every group, group 0 first; empty with one group. The
+	// counts above (sessions, held, pending, namespaces) are then sums over
+	// the groups, and the raft fields above are group 0's.
+	Groups        []*GroupStatus `protobuf:"bytes,17,rep,name=groups,proto3" json:"groups,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3658,6 +3663,142 @@ func (x *StatusResponse) GetClusterLevel() uint32 {
 	return 0
 }
 
+func (x *StatusResponse) GetGroups() []*GroupStatus {
+	if x != nil {
+		return x.Groups
+	}
+	return nil
+}
+
+// GroupStatus is one Raft group's replica on the node that answers Status.
+type GroupStatus struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Group uint32                 `protobuf:"varint,1,opt,name=group,proto3" json:"group,omitempty"`
+	// "Leader", "Follower", "Candidate".
+	State        string `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
+	LeaderId     string `protobuf:"bytes,3,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
+	Term         uint64 `protobuf:"varint,4,opt,name=term,proto3" json:"term,omitempty"`
+	CommitIndex  uint64 `protobuf:"varint,5,opt,name=commit_index,json=commitIndex,proto3" json:"commit_index,omitempty"`
+	AppliedIndex uint64 `protobuf:"varint,6,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
+	// The slots (of 4,096) that this replica's state says the group serves.
+	// Once they add up to 4,096 over the groups, every namespace is served.
+	Slots    uint32 `protobuf:"varint,7,opt,name=slots,proto3" json:"slots,omitempty"`
+	Sessions uint64 `protobuf:"varint,8,opt,name=sessions,proto3" json:"sessions,omitempty"`
+	Held     uint64 `protobuf:"varint,9,opt,name=held,proto3" json:"held,omitempty"`
+	Pending  uint64 `protobuf:"varint,10,opt,name=pending,proto3" json:"pending,omitempty"`
+	// As StatusResponse.unfit, for this group's replica.
+	Unfit         string `protobuf:"bytes,11,opt,name=unfit,proto3" json:"unfit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GroupStatus) Reset() {
+	*x = GroupStatus{}
+	mi := &file_lockcluster_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GroupStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GroupStatus) ProtoMessage() {}
+
+func (x *GroupStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_lockcluster_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GroupStatus.ProtoReflect.Descriptor instead.
+func (*GroupStatus) Descriptor() ([]byte, []int) {
+	return file_lockcluster_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *GroupStatus) GetGroup() uint32 {
+	if x != nil {
+		return x.Group
+	}
+	return 0
+}
+
+func (x *GroupStatus) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *GroupStatus) GetLeaderId() string {
+	if x != nil {
+		return x.LeaderId
+	}
+	return ""
+}
+
+func (x *GroupStatus) GetTerm() uint64 {
+	if x != nil {
+		return x.Term
+	}
+	return 0
+}
+
+func (x *GroupStatus) GetCommitIndex() uint64 {
+	if x != nil {
+		return x.CommitIndex
+	}
+	return 0
+}
+
+func (x *GroupStatus) GetAppliedIndex() uint64 {
+	if x != nil {
+		return x.AppliedIndex
+	}
+	return 0
+}
+
+func (x *GroupStatus) GetSlots() uint32 {
+	if x != nil {
+		return x.Slots
+	}
+	return 0
+}
+
+func (x *GroupStatus) GetSessions() uint64 {
+	if x != nil {
+		return x.Sessions
+	}
+	return 0
+}
+
+func (x *GroupStatus) GetHeld() uint64 {
+	if x != nil {
+		return x.Held
+	}
+	return 0
+}
+
+func (x *GroupStatus) GetPending() uint64 {
+	if x != nil {
+		return x.Pending
+	}
+	return 0
+}
+
+func (x *GroupStatus) GetUnfit() string {
+	if x != nil {
+		return x.Unfit
+	}
+	return ""
+}
+
 type MembersRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -3666,7 +3807,7 @@ type MembersRequest struct {
 
 func (x *MembersRequest) Reset() {
 	*x = MembersRequest{}
-	mi := &file_lockcluster_proto_msgTypes[37]
+	mi := &file_lockcluster_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3678,7 +3819,7 @@ func (x *MembersRequest) String() string {
 func (*MembersRequest) ProtoMessage() {}
 
 func (x *MembersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockcluster_proto_msgTypes[37]
+	mi := &file_lockcluster_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3691,7 +3832,7 @@ func (x *MembersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersRequest.ProtoReflect.Descriptor instead.
 func (*MembersRequest) Descriptor() ([]byte, []int) {
-	return file_lockcluster_proto_rawDescGZIP(), []int{37}
+	return file_lockcluster_proto_rawDescGZIP(), []int{38}
 }
 
 type Member struct {
@@ -3736,7 +3877,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_lockcluster_proto_msgTypes[38]
+	mi := &file_lockcluster_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3748,7 +3889,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_lockcluster_proto_msgTypes[38]
+	mi := &file_lockcluster_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3761,7 +3902,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_lockcluster_proto_rawDescGZIP(), []int{38}
+	return file_lockcluster_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *Member) GetId() string {
@@ -3885,7 +4026,7 @@ type MembersResponse struct {
 
 func (x *MembersResponse) Reset() {
 	*x = MembersResponse{}
-	mi := &file_lockcluster_proto_msgTypes[39]
+	mi := &file_lockcluster_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3897,7 +4038,7 @@ func (x *MembersResponse) String() string {
 func (*MembersResponse) ProtoMessage() {}
 
 func (x *MembersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockcluster_proto_msgTypes[39]
+	mi := &file_lockcluster_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3910,7 +4051,7 @@ func (x *MembersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersResponse.ProtoReflect.Descriptor instead.
 func (*MembersResponse) Descriptor() ([]byte, []int) {
-	return file_lockcluster_proto_rawDescGZIP(), []int{39}
+	return file_lockcluster_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *MembersResponse) GetMembers() []*Member {
@@ -3945,7 +4086,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_lockcluster_proto_msgTypes[40]
+	mi := &file_lockcluster_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3957,7 +4098,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockcluster_proto_msgTypes[40]
+	mi := &file_lockcluster_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3970,7 +4111,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_lockcluster_proto_rawDescGZIP(), []int{40}
+	return file_lockcluster_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *JoinRequest) GetId() string {
@@ -4039,7 +4180,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_lockcluster_proto_msgTypes[41]
+	mi := &file_lockcluster_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4051,7 +4192,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockcluster_proto_msgTypes[41]
+	mi := &file_lockcluster_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4064,7 +4205,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_lockcluster_proto_rawDescGZIP(), []int{41}
+	return file_lockcluster_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *JoinResponse) GetVoters() uint32 {
@@ -4097,7 +4238,7 @@ type LeaveRequest struct {
 
 func (x *LeaveRequest) Reset() {
 	*x = LeaveRequest{}
-	mi := &file_lockcluster_proto_msgTypes[42]
+	mi := &file_lockcluster_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4109,7 +4250,7 @@ func (x *LeaveRequest) String() string {
 func (*LeaveRequest) ProtoMessage() {}
 
 func (x *LeaveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockcluster_proto_msgTypes[42]
+	mi := &file_lockcluster_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4122,7 +4263,7 @@ func (x *LeaveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaveRequest.ProtoReflect.Descriptor instead.
 func (*LeaveRequest) Descriptor() ([]byte, []int) {
-	return file_lockcluster_proto_rawDescGZIP(), []int{42}
+	return file_lockcluster_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *LeaveRequest) GetId() string {
@@ -4140,7 +4281,7 @@ type LeaveResponse struct {
 
 func (x *LeaveResponse) Reset() {
 	*x = LeaveResponse{}
-	mi := &file_lockcluster_proto_msgTypes[43]
+	mi := &file_lockcluster_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4152,7 +4293,7 @@ func (x *LeaveResponse) String() string {
 func (*LeaveResponse) ProtoMessage() {}
 
 func (x *LeaveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockcluster_proto_msgTypes[43]
+	mi := &file_lockcluster_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4165,7 +4306,7 @@ func (x *LeaveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaveResponse.ProtoReflect.Descriptor instead.
 func (*LeaveResponse) Descriptor() ([]byte, []int) {
-	return file_lockcluster_proto_rawDescGZIP(), []int{43}
+	return file_lockcluster_proto_rawDescGZIP(), []int{44}
 }
 
 type PromoteRequest struct {
@@ -4179,7 +4320,7 @@ type PromoteRequest struct {
 
 func (x *PromoteRequest) Reset() {
 	*x = PromoteRequest{}
-	mi := &file_lockcluster_proto_msgTypes[44]
+	mi := &file_lockcluster_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4191,7 +4332,7 @@ func (x *PromoteRequest) String() string {
 func (*PromoteRequest) ProtoMessage() {}
 
 func (x *PromoteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockcluster_proto_msgTypes[44]
+	mi := &file_lockcluster_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4204,7 +4345,7 @@ func (x *PromoteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromoteRequest.ProtoReflect.Descriptor instead.
 func (*PromoteRequest) Descriptor() ([]byte, []int) {
-	return file_lockcluster_proto_rawDescGZIP(), []int{44}
+	return file_lockcluster_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *PromoteRequest) GetId() string {
@@ -4235,7 +4376,7 @@ type PromoteResponse struct {
 
 func (x *PromoteResponse) Reset() {
 	*x = PromoteResponse{}
-	mi := &file_lockcluster_proto_msgTypes[45]
+	mi := &file_lockcluster_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4247,7 +4388,7 @@ func (x *PromoteResponse) String() string {
 func (*PromoteResponse) ProtoMessage() {}
 
 func (x *PromoteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockcluster_proto_msgTypes[45]
+	mi := &file_lockcluster_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4260,7 +4401,7 @@ func (x *PromoteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromoteResponse.ProtoReflect.Descriptor instead.
 func (*PromoteResponse) Descriptor() ([]byte, []int) {
-	return file_lockcluster_proto_rawDescGZIP(), []int{45}
+	return file_lockcluster_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *PromoteResponse) GetVoters() uint32 {
@@ -4293,7 +4434,7 @@ type TouchRequest struct {
 
 func (x *TouchRequest) Reset() {
 	*x = TouchRequest{}
-	mi := &file_lockcluster_proto_msgTypes[46]
+	mi := &file_lockcluster_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4305,7 +4446,7 @@ func (x *TouchRequest) String() string {
 func (*TouchRequest) ProtoMessage() {}
 
 func (x *TouchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockcluster_proto_msgTypes[46]
+	mi := &file_lockcluster_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4318,7 +4459,7 @@ func (x *TouchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TouchRequest.ProtoReflect.Descriptor instead.
 func (*TouchRequest) Descriptor() ([]byte, []int) {
-	return file_lockcluster_proto_rawDescGZIP(), []int{46}
+	return file_lockcluster_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *TouchRequest) GetSessionIds() []uint64 {
@@ -4338,7 +4479,7 @@ type TouchResponse struct {
 
 func (x *TouchResponse) Reset() {
 	*x = TouchResponse{}
-	mi := &file_lockcluster_proto_msgTypes[47]
+	mi := &file_lockcluster_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4350,7 +4491,7 @@ func (x *TouchResponse) String() string {
 func (*TouchResponse) ProtoMessage() {}
 
 func (x *TouchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockcluster_proto_msgTypes[47]
+	mi := &file_lockcluster_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4363,7 +4504,7 @@ func (x *TouchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TouchResponse.ProtoReflect.Descriptor instead.
 func (*TouchResponse) Descriptor() ([]byte, []int) {
-	return file_lockcluster_proto_rawDescGZIP(), []int{47}
+	return file_lockcluster_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *TouchResponse) GetUnknown() []uint64 {
@@ -4381,7 +4522,7 @@ type SaveSnapshotRequest struct {
 
 func (x *SaveSnapshotRequest) Reset() {
 	*x = SaveSnapshotRequest{}
-	mi := &file_lockcluster_proto_msgTypes[48]
+	mi := &file_lockcluster_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4393,7 +4534,7 @@ func (x *SaveSnapshotRequest) String() string {
 func (*SaveSnapshotRequest) ProtoMessage() {}
 
 func (x *SaveSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockcluster_proto_msgTypes[48]
+	mi := &file_lockcluster_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4406,7 +4547,7 @@ func (x *SaveSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SaveSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*SaveSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_lockcluster_proto_rawDescGZIP(), []int{48}
+	return file_lockcluster_proto_rawDescGZIP(), []int{49}
 }
 
 // SnapshotHeader describes the snapshot that follows it.
@@ -4431,7 +4572,7 @@ type SnapshotHeader struct {
 
 func (x *SnapshotHeader) Reset() {
 	*x = SnapshotHeader{}
-	mi := &file_lockcluster_proto_msgTypes[49]
+	mi := &file_lockcluster_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4443,7 +4584,7 @@ func (x *SnapshotHeader) String() string {
 func (*SnapshotHeader) ProtoMessage() {}
 
 func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_lockcluster_proto_msgTypes[49]
+	mi := &file_lockcluster_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4456,7 +4597,7 @@ func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotHeader.ProtoReflect.Descriptor instead.
 func (*SnapshotHeader) Descriptor() ([]byte, []int) {
-	return file_lockcluster_proto_rawDescGZIP(), []int{49}
+	return file_lockcluster_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *SnapshotHeader) GetIndex() uint64 {
@@ -4520,7 +4661,7 @@ type SnapshotChunk struct {
 
 func (x *SnapshotChunk) Reset() {
 	*x = SnapshotChunk{}
-	mi := &file_lockcluster_proto_msgTypes[50]
+	mi := &file_lockcluster_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4532,7 +4673,7 @@ func (x *SnapshotChunk) String() string {
 func (*SnapshotChunk) ProtoMessage() {}
 
 func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_lockcluster_proto_msgTypes[50]
+	mi := &file_lockcluster_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4545,7 +4686,7 @@ func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
 func (*SnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_lockcluster_proto_rawDescGZIP(), []int{50}
+	return file_lockcluster_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *SnapshotChunk) GetHeader() *SnapshotHeader {
@@ -4840,7 +4981,7 @@ const file_lockcluster_proto_rawDesc = "" +
 	"\x0eRECORD_DELETED\x10\b\".\n" +
 	"\rStatusRequest\x12\x1d\n" +
 	"\n" +
-	"no_promote\x18\x01 \x03(\tR\tnoPromote\"\xde\x03\n" +
+	"no_promote\x18\x01 \x03(\tR\tnoPromote\"\x93\x04\n" +
 	"\x0eStatusResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12\x1b\n" +
@@ -4862,7 +5003,21 @@ const file_lockcluster_proto_rawDesc = "" +
 	"\aversion\x18\r \x01(\tR\aversion\x12\x14\n" +
 	"\x05unfit\x18\x0e \x01(\tR\x05unfit\x12%\n" +
 	"\x0eprotocol_level\x18\x0f \x01(\rR\rprotocolLevel\x12#\n" +
-	"\rcluster_level\x18\x10 \x01(\rR\fclusterLevel\"\x10\n" +
+	"\rcluster_level\x18\x10 \x01(\rR\fclusterLevel\x123\n" +
+	"\x06groups\x18\x11 \x03(\v2\x1b.lockcluster.v1.GroupStatusR\x06groups\"\xa8\x02\n" +
+	"\vGroupStatus\x12\x14\n" +
+	"\x05group\x18\x01 \x01(\rR\x05group\x12\x14\n" +
+	"\x05state\x18\x02 \x01(\tR\x05state\x12\x1b\n" +
+	"\tleader_id\x18\x03 \x01(\tR\bleaderId\x12\x12\n" +
+	"\x04term\x18\x04 \x01(\x04R\x04term\x12!\n" +
+	"\fcommit_index\x18\x05 \x01(\x04R\vcommitIndex\x12#\n" +
+	"\rapplied_index\x18\x06 \x01(\x04R\fappliedIndex\x12\x14\n" +
+	"\x05slots\x18\a \x01(\rR\x05slots\x12\x1a\n" +
+	"\bsessions\x18\b \x01(\x04R\bsessions\x12\x12\n" +
+	"\x04held\x18\t \x01(\x04R\x04held\x12\x18\n" +
+	"\apending\x18\n" +
+	" \x01(\x04R\apending\x12\x14\n" +
+	"\x05unfit\x18\v \x01(\tR\x05unfit\"\x10\n" +
 	"\x0eMembersRequest\"\xed\x03\n" +
 	"\x06Member\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
@@ -5002,7 +5157,7 @@ func file_lockcluster_proto_rawDescGZIP() []byte {
 }
 
 var file_lockcluster_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_lockcluster_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
+var file_lockcluster_proto_msgTypes = make([]protoimpl.MessageInfo, 53)
 var file_lockcluster_proto_goTypes = []any{
 	(Mode)(0),                     // 0: lockcluster.v1.Mode
 	(Status)(0),                   // 1: lockcluster.v1.Status
@@ -5047,27 +5202,28 @@ var file_lockcluster_proto_goTypes = []any{
 	(*Change)(nil),                // 40: lockcluster.v1.Change
 	(*StatusRequest)(nil),         // 41: lockcluster.v1.StatusRequest
 	(*StatusResponse)(nil),        // 42: lockcluster.v1.StatusResponse
-	(*MembersRequest)(nil),        // 43: lockcluster.v1.MembersRequest
-	(*Member)(nil),                // 44: lockcluster.v1.Member
-	(*MembersResponse)(nil),       // 45: lockcluster.v1.MembersResponse
-	(*JoinRequest)(nil),           // 46: lockcluster.v1.JoinRequest
-	(*JoinResponse)(nil),          // 47: lockcluster.v1.JoinResponse
-	(*LeaveRequest)(nil),          // 48: lockcluster.v1.LeaveRequest
-	(*LeaveResponse)(nil),         // 49: lockcluster.v1.LeaveResponse
-	(*PromoteRequest)(nil),        // 50: lockcluster.v1.PromoteRequest
-	(*PromoteResponse)(nil),       // 51: lockcluster.v1.PromoteResponse
-	(*TouchRequest)(nil),          // 52: lockcluster.v1.TouchRequest
-	(*TouchResponse)(nil),         // 53: lockcluster.v1.TouchResponse
-	(*SaveSnapshotRequest)(nil),   // 54: lockcluster.v1.SaveSnapshotRequest
-	(*SnapshotHeader)(nil),        // 55: lockcluster.v1.SnapshotHeader
-	(*SnapshotChunk)(nil),         // 56: lockcluster.v1.SnapshotChunk
-	nil,                           // 57: lockcluster.v1.CallError.MetadataEntry
-	(*durationpb.Duration)(nil),   // 58: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 59: google.protobuf.Timestamp
+	(*GroupStatus)(nil),           // 43: lockcluster.v1.GroupStatus
+	(*MembersRequest)(nil),        // 44: lockcluster.v1.MembersRequest
+	(*Member)(nil),                // 45: lockcluster.v1.Member
+	(*MembersResponse)(nil),       // 46: lockcluster.v1.MembersResponse
+	(*JoinRequest)(nil),           // 47: lockcluster.v1.JoinRequest
+	(*JoinResponse)(nil),          // 48: lockcluster.v1.JoinResponse
+	(*LeaveRequest)(nil),          // 49: lockcluster.v1.LeaveRequest
+	(*LeaveResponse)(nil),         // 50: lockcluster.v1.LeaveResponse
+	(*PromoteRequest)(nil),        // 51: lockcluster.v1.PromoteRequest
+	(*PromoteResponse)(nil),       // 52: lockcluster.v1.PromoteResponse
+	(*TouchRequest)(nil),          // 53: lockcluster.v1.TouchRequest
+	(*TouchResponse)(nil),         // 54: lockcluster.v1.TouchResponse
+	(*SaveSnapshotRequest)(nil),   // 55: lockcluster.v1.SaveSnapshotRequest
+	(*SnapshotHeader)(nil),        // 56: lockcluster.v1.SnapshotHeader
+	(*SnapshotChunk)(nil),         // 57: lockcluster.v1.SnapshotChunk
+	nil,                           // 58: lockcluster.v1.CallError.MetadataEntry
+	(*durationpb.Duration)(nil),   // 59: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 60: google.protobuf.Timestamp
 }
 var file_lockcluster_proto_depIdxs = []int32{
-	58, // 0: lockcluster.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
-	58, // 1: lockcluster.v1.OpenSessionResponse.ttl:type_name -> google.protobuf.Duration
+	59, // 0: lockcluster.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
+	59, // 1: lockcluster.v1.OpenSessionResponse.ttl:type_name -> google.protobuf.Duration
 	14, // 2: lockcluster.v1.SessionUp.attach:type_name -> lockcluster.v1.Attach
 	15, // 3: lockcluster.v1.SessionUp.heartbeat:type_name -> lockcluster.v1.Heartbeat
 	11, // 4: lockcluster.v1.SessionUp.call:type_name -> lockcluster.v1.StreamCall
@@ -5081,25 +5237,25 @@ var file_lockcluster_proto_depIdxs = []int32{
 	13, // 12: lockcluster.v1.CallReply.error:type_name -> lockcluster.v1.CallError
 	32, // 13: lockcluster.v1.CallReply.set_record:type_name -> lockcluster.v1.SetRecordResponse
 	3,  // 14: lockcluster.v1.CallError.reason:type_name -> lockcluster.v1.ErrorReason
-	57, // 15: lockcluster.v1.CallError.metadata:type_name -> lockcluster.v1.CallError.MetadataEntry
+	58, // 15: lockcluster.v1.CallError.metadata:type_name -> lockcluster.v1.CallError.MetadataEntry
 	17, // 16: lockcluster.v1.SessionDown.synced:type_name -> lockcluster.v1.Synced
 	20, // 17: lockcluster.v1.SessionDown.event:type_name -> lockcluster.v1.Event
 	19, // 18: lockcluster.v1.SessionDown.heartbeat_ack:type_name -> lockcluster.v1.HeartbeatAck
 	12, // 19: lockcluster.v1.SessionDown.reply:type_name -> lockcluster.v1.CallReply
 	18, // 20: lockcluster.v1.Synced.requests:type_name -> lockcluster.v1.RequestState
-	58, // 21: lockcluster.v1.Synced.ttl:type_name -> google.protobuf.Duration
+	59, // 21: lockcluster.v1.Synced.ttl:type_name -> google.protobuf.Duration
 	0,  // 22: lockcluster.v1.RequestState.mode:type_name -> lockcluster.v1.Mode
 	1,  // 23: lockcluster.v1.RequestState.status:type_name -> lockcluster.v1.Status
-	59, // 24: lockcluster.v1.RequestState.acquired_at:type_name -> google.protobuf.Timestamp
+	60, // 24: lockcluster.v1.RequestState.acquired_at:type_name -> google.protobuf.Timestamp
 	2,  // 25: lockcluster.v1.RequestState.cause:type_name -> lockcluster.v1.Cause
 	4,  // 26: lockcluster.v1.Event.kind:type_name -> lockcluster.v1.Event.Kind
 	0,  // 27: lockcluster.v1.Event.mode:type_name -> lockcluster.v1.Mode
-	59, // 28: lockcluster.v1.Event.acquired_at:type_name -> google.protobuf.Timestamp
+	60, // 28: lockcluster.v1.Event.acquired_at:type_name -> google.protobuf.Timestamp
 	2,  // 29: lockcluster.v1.Event.cause:type_name -> lockcluster.v1.Cause
 	30, // 30: lockcluster.v1.Event.records:type_name -> lockcluster.v1.Record
 	0,  // 31: lockcluster.v1.LockRequest.mode:type_name -> lockcluster.v1.Mode
 	1,  // 32: lockcluster.v1.LockResponse.status:type_name -> lockcluster.v1.Status
-	59, // 33: lockcluster.v1.LockResponse.acquired_at:type_name -> google.protobuf.Timestamp
+	60, // 33: lockcluster.v1.LockResponse.acquired_at:type_name -> google.protobuf.Timestamp
 	2,  // 34: lockcluster.v1.LockResponse.cause:type_name -> lockcluster.v1.Cause
 	30, // 35: lockcluster.v1.LockResponse.records:type_name -> lockcluster.v1.Record
 	1,  // 36: lockcluster.v1.ReleaseResponse.status:type_name -> lockcluster.v1.Status
@@ -5109,9 +5265,9 @@ var file_lockcluster_proto_depIdxs = []int32{
 	29, // 40: lockcluster.v1.QueryResponse.pending:type_name -> lockcluster.v1.LockInfo
 	30, // 41: lockcluster.v1.QueryResponse.records:type_name -> lockcluster.v1.Record
 	0,  // 42: lockcluster.v1.LockInfo.mode:type_name -> lockcluster.v1.Mode
-	59, // 43: lockcluster.v1.LockInfo.acquired_at:type_name -> google.protobuf.Timestamp
-	59, // 44: lockcluster.v1.LockInfo.requested_at:type_name -> google.protobuf.Timestamp
-	59, // 45: lockcluster.v1.Record.written_at:type_name -> google.protobuf.Timestamp
+	60, // 43: lockcluster.v1.LockInfo.acquired_at:type_name -> google.protobuf.Timestamp
+	60, // 44: lockcluster.v1.LockInfo.requested_at:type_name -> google.protobuf.Timestamp
+	60, // 45: lockcluster.v1.Record.written_at:type_name -> google.protobuf.Timestamp
 	30, // 46: lockcluster.v1.SetRecordResponse.record:type_name -> lockcluster.v1.Record
 	1,  // 47: lockcluster.v1.SetRecordResponse.status:type_name -> lockcluster.v1.Status
 	30, // 48: lockcluster.v1.GetRecordResponse.record:type_name -> lockcluster.v1.Record
@@ -5121,57 +5277,58 @@ var file_lockcluster_proto_depIdxs = []int32{
 	29, // 52: lockcluster.v1.WatchSnapshot.held:type_name -> lockcluster.v1.LockInfo
 	29, // 53: lockcluster.v1.WatchSnapshot.pending:type_name -> lockcluster.v1.LockInfo
 	30, // 54: lockcluster.v1.WatchSnapshot.records:type_name -> lockcluster.v1.Record
-	59, // 55: lockcluster.v1.WatchChanges.time:type_name -> google.protobuf.Timestamp
+	60, // 55: lockcluster.v1.WatchChanges.time:type_name -> google.protobuf.Timestamp
 	40, // 56: lockcluster.v1.WatchChanges.changes:type_name -> lockcluster.v1.Change
 	5,  // 57: lockcluster.v1.Change.kind:type_name -> lockcluster.v1.Change.Kind
 	0,  // 58: lockcluster.v1.Change.mode:type_name -> lockcluster.v1.Mode
 	2,  // 59: lockcluster.v1.Change.cause:type_name -> lockcluster.v1.Cause
 	30, // 60: lockcluster.v1.Change.record:type_name -> lockcluster.v1.Record
-	58, // 61: lockcluster.v1.Member.since_contact:type_name -> google.protobuf.Duration
-	44, // 62: lockcluster.v1.MembersResponse.members:type_name -> lockcluster.v1.Member
-	44, // 63: lockcluster.v1.SnapshotHeader.members:type_name -> lockcluster.v1.Member
-	55, // 64: lockcluster.v1.SnapshotChunk.header:type_name -> lockcluster.v1.SnapshotHeader
-	6,  // 65: lockcluster.v1.Locks.OpenSession:input_type -> lockcluster.v1.OpenSessionRequest
-	8,  // 66: lockcluster.v1.Locks.CloseSession:input_type -> lockcluster.v1.CloseSessionRequest
-	10, // 67: lockcluster.v1.Locks.Session:input_type -> lockcluster.v1.SessionUp
-	21, // 68: lockcluster.v1.Locks.Request:input_type -> lockcluster.v1.LockRequest
-	23, // 69: lockcluster.v1.Locks.Release:input_type -> lockcluster.v1.ReleaseRequest
-	25, // 70: lockcluster.v1.Locks.Abort:input_type -> lockcluster.v1.AbortRequest
-	27, // 71: lockcluster.v1.Locks.Query:input_type -> lockcluster.v1.QueryRequest
-	27, // 72: lockcluster.v1.Locks.QueryPages:input_type -> lockcluster.v1.QueryRequest
-	31, // 73: lockcluster.v1.Locks.SetRecord:input_type -> lockcluster.v1.SetRecordRequest
-	33, // 74: lockcluster.v1.Locks.GetRecord:input_type -> lockcluster.v1.GetRecordRequest
-	35, // 75: lockcluster.v1.Locks.Watch:input_type -> lockcluster.v1.WatchRequest
-	41, // 76: lockcluster.v1.Cluster.Status:input_type -> lockcluster.v1.StatusRequest
-	43, // 77: lockcluster.v1.Cluster.Members:input_type -> lockcluster.v1.MembersRequest
-	46, // 78: lockcluster.v1.Cluster.Join:input_type -> lockcluster.v1.JoinRequest
-	48, // 79: lockcluster.v1.Cluster.Leave:input_type -> lockcluster.v1.LeaveRequest
-	50, // 80: lockcluster.v1.Cluster.Promote:input_type -> lockcluster.v1.PromoteRequest
-	52, // 81: lockcluster.v1.Cluster.Touch:input_type -> lockcluster.v1.TouchRequest
-	54, // 82: lockcluster.v1.Cluster.SaveSnapshot:input_type -> lockcluster.v1.SaveSnapshotRequest
-	7,  // 83: lockcluster.v1.Locks.OpenSession:output_type -> lockcluster.v1.OpenSessionResponse
-	9,  // 84: lockcluster.v1.Locks.CloseSession:output_type -> lockcluster.v1.CloseSessionResponse
-	16, // 85: lockcluster.v1.Locks.Session:output_type -> lockcluster.v1.SessionDown
-	22, // 86: lockcluster.v1.Locks.Request:output_type -> lockcluster.v1.LockResponse
-	24, // 87: lockcluster.v1.Locks.Release:output_type -> lockcluster.v1.ReleaseResponse
-	26, // 88: lockcluster.v1.Locks.Abort:output_type -> lockcluster.v1.AbortResponse
-	28, // 89: lockcluster.v1.Locks.Query:output_type -> lockcluster.v1.QueryResponse
-	28, // 90: lockcluster.v1.Locks.QueryPages:output_type -> lockcluster.v1.QueryResponse
-	32, // 91: lockcluster.v1.Locks.SetRecord:output_type -> lockcluster.v1.SetRecordResponse
-	34, // 92: lockcluster.v1.Locks.GetRecord:output_type -> lockcluster.v1.GetRecordResponse
-	36, // 93: lockcluster.v1.Locks.Watch:output_type -> lockcluster.v1.WatchResponse
-	42, // 94: lockcluster.v1.Cluster.Status:output_type -> lockcluster.v1.StatusResponse
-	45, // 95: lockcluster.v1.Cluster.Members:output_type -> lockcluster.v1.MembersResponse
-	47, // 96: lockcluster.v1.Cluster.Join:output_type -> lockcluster.v1.JoinResponse
-	49, // 97: lockcluster.v1.Cluster.Leave:output_type -> lockcluster.v1.LeaveResponse
-	51, // 98: lockcluster.v1.Cluster.Promote:output_type -> lockcluster.v1.PromoteResponse
-	53, // 99: lockcluster.v1.Cluster.Touch:output_type -> lockcluster.v1.TouchResponse
-	56, // 100: lockcluster.v1.Cluster.SaveSnapshot:output_type -> lockcluster.v1.SnapshotChunk
-	83, // [83:101] is the sub-list for method output_type
-	65, // [65:83] is the sub-list for method input_type
-	65, // [65:65] is the sub-list for extension type_name
-	65, // [65:65] is the sub-list for extension extendee
-	0,  // [0:65] is the sub-list for field type_name
+	43, // 61: lockcluster.v1.StatusResponse.groups:type_name -> lockcluster.v1.GroupStatus
+	59, // 62: lockcluster.v1.Member.since_contact:type_name -> google.protobuf.Duration
+	45, // 63: lockcluster.v1.MembersResponse.members:type_name -> lockcluster.v1.Member
+	45, // 64: lockcluster.v1.SnapshotHeader.members:type_name -> lockcluster.v1.Member
+	56, // 65: lockcluster.v1.SnapshotChunk.header:type_name -> lockcluster.v1.SnapshotHeader
+	6,  // 66: lockcluster.v1.Locks.OpenSession:input_type -> lockcluster.v1.OpenSessionRequest
+	8,  // 67: lockcluster.v1.Locks.CloseSession:input_type -> lockcluster.v1.CloseSessionRequest
+	10, // 68: lockcluster.v1.Locks.Session:input_type -> lockcluster.v1.SessionUp
+	21, // 69: lockcluster.v1.Locks.Request:input_type -> lockcluster.v1.LockRequest
+	23, // 70: lockcluster.v1.Locks.Release:input_type -> lockcluster.v1.ReleaseRequest
+	25, // 71: lockcluster.v1.Locks.Abort:input_type -> lockcluster.v1.AbortRequest
+	27, // 72: lockcluster.v1.Locks.Query:input_type -> lockcluster.v1.QueryRequest
+	27, // 73: lockcluster.v1.Locks.QueryPages:input_type -> lockcluster.v1.QueryRequest
+	31, // 74: lockcluster.v1.Locks.SetRecord:input_type -> lockcluster.v1.SetRecordRequest
+	33, // 75: lockcluster.v1.Locks.GetRecord:input_type -> lockcluster.v1.GetRecordRequest
+	35, // 76: lockcluster.v1.Locks.Watch:input_type -> lockcluster.v1.WatchRequest
+	41, // 77: lockcluster.v1.Cluster.Status:input_type -> lockcluster.v1.StatusRequest
+	44, // 78: lockcluster.v1.Cluster.Members:input_type -> lockcluster.v1.MembersRequest
+	47, // 79: lockcluster.v1.Cluster.Join:input_type -> lockcluster.v1.JoinRequest
+	49, // 80: lockcluster.v1.Cluster.Leave:input_type -> lockcluster.v1.LeaveRequest
+	51, // 81: lockcluster.v1.Cluster.Promote:input_type -> lockcluster.v1.PromoteRequest
+	53, // 82: lockcluster.v1.Cluster.Touch:input_type -> lockcluster.v1.TouchRequest
+	55, // 83: lockcluster.v1.Cluster.SaveSnapshot:input_type -> lockcluster.v1.SaveSnapshotRequest
+	7,  // 84: lockcluster.v1.Locks.OpenSession:output_type -> lockcluster.v1.OpenSessionResponse
+	9,  // 85: lockcluster.v1.Locks.CloseSession:output_type -> lockcluster.v1.CloseSessionResponse
+	16, // 86: lockcluster.v1.Locks.Session:output_type -> lockcluster.v1.SessionDown
+	22, // 87: lockcluster.v1.Locks.Request:output_type -> lockcluster.v1.LockResponse
+	24, // 88: lockcluster.v1.Locks.Release:output_type -> lockcluster.v1.ReleaseResponse
+	26, // 89: lockcluster.v1.Locks.Abort:output_type -> lockcluster.v1.AbortResponse
+	28, // 90: lockcluster.v1.Locks.Query:output_type -> lockcluster.v1.QueryResponse
+	28, // 91: lockcluster.v1.Locks.QueryPages:output_type -> lockcluster.v1.QueryResponse
+	32, // 92: lockcluster.v1.Locks.SetRecord:output_type -> lockcluster.v1.SetRecordResponse
+	34, // 93: lockcluster.v1.Locks.GetRecord:output_type -> lockcluster.v1.GetRecordResponse
+	36, // 94: lockcluster.v1.Locks.Watch:output_type -> lockcluster.v1.WatchResponse
+	42, // 95: lockcluster.v1.Cluster.Status:output_type -> lockcluster.v1.StatusResponse
+	46, // 96: lockcluster.v1.Cluster.Members:output_type -> lockcluster.v1.MembersResponse
+	48, // 97: lockcluster.v1.Cluster.Join:output_type -> lockcluster.v1.JoinResponse
+	50, // 98: lockcluster.v1.Cluster.Leave:output_type -> lockcluster.v1.LeaveResponse
+	52, // 99: lockcluster.v1.Cluster.Promote:output_type -> lockcluster.v1.PromoteResponse
+	54, // 100: lockcluster.v1.Cluster.Touch:output_type -> lockcluster.v1.TouchResponse
+	57, // 101: lockcluster.v1.Cluster.SaveSnapshot:output_type -> lockcluster.v1.SnapshotChunk
+	84, // [84:102] is the sub-list for method output_type
+	66, // [66:84] is the sub-list for method input_type
+	66, // [66:66] is the sub-list for extension type_name
+	66, // [66:66] is the sub-list for extension extendee
+	0,  // [0:66] is the sub-list for field type_name
 }
 
 func init() { file_lockcluster_proto_init() }
@@ -5214,7 +5371,7 @@ func file_lockcluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lockcluster_proto_rawDesc), len(file_lockcluster_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   52,
+			NumMessages:   53,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -16,6 +16,7 @@ import (
 
 	"github.com/lockcluster/lockcluster"
 	"github.com/lockcluster/lockcluster/internal/loadgen"
+	"github.com/lockcluster/lockcluster/internal/node"
 	"github.com/lockcluster/lockcluster/internal/proccluster"
 )
 
@@ -41,6 +42,8 @@ type benchFlags struct {
 	reattachMin  time.Duration
 	reattachMax  time.Duration
 	restartAfter time.Duration
+	groups       int
+	namespaces   int
 }
 
 func newBench(g *globals) *cobra.Command {
@@ -96,6 +99,12 @@ Progress goes to stderr once a second;
 			if err := f.cfg.Validate(); err != nil {
 				return &exitError{code: exitUsage, msg: err.Error()}
 			}
+			if f.groups < 1 || f.groups > node.MaxGroups {
+				return &exitError{code: exitUsage, msg: fmt.Sprintf("--groups %d: want 1 to %d", f.groups, node.MaxGroups)}
+			}
+			if f.namespaces < 1 || f.namespaces > 4096 {
+				return &exitError{code: exitUsage, msg: fmt.Sprintf("--namespaces %d: want 1 to 4096", f.namespaces)}
+			}
 			if f.cfg.Workload == loadgen.Failover && !f.local {
 				return &exitError{code: exitUsage, msg: "the failover workload kills nodes: it needs --local"}
 			}
@@ -129,6 +138,8 @@ Progress goes to stderr once a second;
 	fl.StringArrayVar(&f.serveArgs, "serve-arg", nil, "--local: an extra flag for every 'serve' (repeatable)")
 	fl.BoolVar(&f.unaryWrites, "unary-writes", false, "send requests and releases as unary calls, not on the session stream (to compare)")
 	fl.BoolVar(&f.preferLeader, "prefer-leader", true, "put the leader's endpoint first, so that clients talk to it (no forwarding)")
+	fl.IntVar(&f.groups, "groups", 1, "--local: the Raft groups of the cluster (serve --groups); with --namespaces, the groups the names are spread over")
+	fl.IntVar(&f.namespaces, "namespaces", 1, "the namespaces the sessions spread over (session i in the i-th, round robin): NAMESPACE-0, -1, ... picked so that each of the --groups serves as many (1: the --namespace alone)")
 	fl.BoolVar(&f.keep, "keep", false, "--local: keep the nodes' data directories and logs")
 	fl.StringVar(&f.cpuProfile, "cpuprofile", "", "write this process's (the load generator's) CPU profile here; profile the nodes with 'serve --enable-pprof'")
 	fl.IntVar(&f.connsPerNode, "conns-per-node", 8, "idle, failover with --sessions: connections per node that carry the session streams (at least one per 100 sessions per node: a node lets one connection carry 256 streams, serve --max-concurrent-streams)")
@@ -167,6 +178,9 @@ func runBench(g *globals, f *benchFlags, command string) error {
 		}
 		fmt.Fprintln(os.Stderr, "starting a local 3-node cluster...")
 		args := f.serveArgs
+		if f.groups > 1 {
+			args = append(args, fmt.Sprintf("--groups=%d", f.groups))
+		}
 		if f.cfg.Workload == loadgen.Flood && !slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--limit-sessions-per-namespace") }) {
 			args = append(args, "--limit-sessions-per-namespace=1000")
 		}
@@ -186,6 +200,10 @@ func runBench(g *globals, f *benchFlags, command string) error {
 	cfg := f.cfg
 	cfg.Progress = os.Stderr
 	d := &loadgen.Lockcluster{Endpoints: addrs, Namespace: g.namespace, TTL: f.ttl, UnaryWrites: f.unaryWrites}
+	if f.namespaces > 1 {
+		d.Namespaces = spreadNamespaces(g.namespace, f.namespaces, f.groups)
+		fmt.Fprintf(os.Stderr, "namespaces: %s\n", strings.Join(d.Namespaces, " "))
+	}
 	load := loadgen.LoadAvg()
 	var meter *loadgen.CPUMeter
 	if cluster != nil && cfg.Workload != loadgen.Idle && cfg.Workload != loadgen.Failover && cfg.Workload != loadgen.Watch {
@@ -329,4 +347,22 @@ func leaderPID(ctx context.Context, c *proccluster.Cluster) int {
 		return 0
 	}
 	return c.PID(i)
+}
+
+// spreadNamespaces picks k namespaces base-0, base-1, ... so that each of
+// groups groups serves as many as the others (one more for the first k
+// mod groups), by the spread of a cluster of that many groups.
+func spreadNamespaces(base string, k, groups int) []string {
+	groups = max(groups, 1)
+	per := make([]int, groups)
+	var out []string
+	for i := 0; len(out) < k; i++ {
+		ns := fmt.Sprintf("%s-%d", base, i)
+		g := node.SpreadGroup(ns, groups)
+		if per[g] < (k+groups-1-g)/groups {
+			per[g]++
+			out = append(out, ns)
+		}
+	}
+	return out
 }

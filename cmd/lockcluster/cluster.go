@@ -265,6 +265,31 @@ func writeStatus(out io.Writer, sts []lockcluster.Status) error {
 		}
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\n", s.Addr, s.NodeID, s.State, s.LeaderID, s.Term, s.CommitIndex, s.AppliedIndex, s.Sessions, s.Held, s.Pending, s.Version, level, e)
 	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	return writeGroups(out, sts)
+}
+
+// writeGroups is status's second table on a cluster of several Raft
+// groups: each node's replica of each group (nothing with one group).
+func writeGroups(out io.Writer, sts []lockcluster.Status) error {
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	header := false
+	for _, s := range sts {
+		for _, g := range s.Groups {
+			if !header {
+				fmt.Fprintln(out)
+				fmt.Fprintln(w, "GROUP\tID\tSTATE\tLEADER\tTERM\tCOMMIT\tAPPLIED\tSLOTS\tSESSIONS\tHELD\tPENDING\tERROR")
+				header = true
+			}
+			e := ""
+			if g.Unfit != "" {
+				e = "fenced: " + fenceSummary(g.Unfit)
+			}
+			fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\n", g.Group, s.NodeID, g.State, g.LeaderID, g.Term, g.CommitIndex, g.AppliedIndex, g.Slots, g.Sessions, g.Held, g.Pending, e)
+		}
+	}
 	return w.Flush()
 }
 

@@ -15,13 +15,14 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/lockcluster/lockcluster"
+	"github.com/lockcluster/lockcluster/internal/node"
 	"github.com/lockcluster/lockcluster/internal/pki"
 	"github.com/lockcluster/lockcluster/internal/proccluster"
 )
 
 func newDev() *cobra.Command {
 	var dataDir, host string
-	var nodes, basePort, watchHistory int
+	var nodes, basePort, watchHistory, groups int
 	var useTLS bool
 	cmd := &cobra.Command{
 		Use:   "dev",
@@ -51,7 +52,10 @@ starting the other, or move dev with --base-port.`,
 			if watchHistory < 0 {
 				return &exitError{code: exitUsage, msg: fmt.Sprintf("--watch-history %d: want a positive number of changes (0: serve's default)", watchHistory)}
 			}
-			return runDev(dataDir, host, nodes, basePort, useTLS, watchHistory)
+			if groups < 1 || groups > node.MaxGroups {
+				return &exitError{code: exitUsage, msg: fmt.Sprintf("--groups %d: want 1 to %d", groups, node.MaxGroups)}
+			}
+			return runDev(dataDir, host, nodes, basePort, useTLS, watchHistory, groups)
 		},
 	}
 	cmd.Flags().StringVar(&dataDir, "data-dir", "", "keep the nodes' data here (default: a temporary directory, removed on exit)")
@@ -59,11 +63,12 @@ starting the other, or move dev with --base-port.`,
 	cmd.Flags().IntVar(&basePort, "base-port", 7700, "node i uses base+10i (gRPC), +1 (raft), +2 (HTTP)")
 	cmd.Flags().StringVar(&host, "host", "127.0.0.1", "the address the nodes listen on")
 	cmd.Flags().IntVar(&watchHistory, "watch-history", 0, "changes each node keeps for watches to resume from (serve's --watch-history; 0: its default)")
+	cmd.Flags().IntVar(&groups, "groups", 1, "Raft groups the cluster runs (serve's --groups): the namespaces spread over them, each with its own leader")
 	cmd.Flags().BoolVar(&useTLS, "tls", false, "create a CA and certificates in the data dir and run every link over (mutual) TLS")
 	return cmd
 }
 
-func runDev(dataDir, host string, n, base int, useTLS bool, watchHistory int) error {
+func runDev(dataDir, host string, n, base int, useTLS bool, watchHistory, groups int) error {
 	keep := dataDir != ""
 	if !keep {
 		d, err := os.MkdirTemp("", "lockcluster-dev-")
@@ -102,6 +107,9 @@ func runDev(dataDir, host string, n, base int, useTLS bool, watchHistory int) er
 			if watchHistory > 0 {
 				extra = append(extra, fmt.Sprintf("--watch-history=%d", watchHistory))
 			}
+			if groups > 1 {
+				extra = append(extra, fmt.Sprintf("--groups=%d", groups))
+			}
 			if !useTLS {
 				return extra
 			}
@@ -130,8 +138,17 @@ func runDev(dataDir, host string, n, base int, useTLS bool, watchHistory int) er
 		c.Stop()
 		return err
 	}
+	if groups > 1 {
+		if err := c.Groups(context.Background(), 30*time.Second); err != nil {
+			c.Stop()
+			return err
+		}
+	}
 	addrs := c.Addrs()
 	fmt.Printf("lockcluster dev: %d nodes, data in %s (logs in %s)\n\n", n, dataDir, logDir)
+	if groups > 1 {
+		fmt.Printf("  %d Raft groups: the namespaces spread over them ('lockcluster status' lists each group's leader); (leader) below is group 0's\n\n", groups)
+	}
 	for i, nd := range c.Nodes {
 		mark := ""
 		if i == leader {

@@ -15,7 +15,10 @@ import (
 type Lockcluster struct {
 	Endpoints []string
 	Namespace string
-	TTL       time.Duration // 0: the client's default (10s)
+	// Namespaces, when set, replaces Namespace: session i opens in
+	// Namespaces[i mod len] (bench --namespaces).
+	Namespaces []string
+	TTL        time.Duration // 0: the client's default (10s)
 	// Rotate spreads sessions over the endpoints: session i lists the
 	// endpoints starting at i mod len. Without it every client starts on
 	// the first endpoint, as clients given one LOCKCLUSTER_ADDR do.
@@ -35,13 +38,17 @@ func (d *Lockcluster) Close() error { return nil }
 // Open implements Driver.
 func (d *Lockcluster) Open(ctx context.Context) (Session, error) {
 	eps := d.Endpoints
+	n := int(d.n.Add(1) - 1)
 	if d.Rotate && len(eps) > 1 {
-		i := int(d.n.Add(1)-1) % len(eps)
+		i := n % len(eps)
 		eps = append(append([]string(nil), eps[i:]...), eps[:i]...)
 	}
 	opts := []lockcluster.Option{lockcluster.WithLabel("bench")}
-	if d.Namespace != "" {
-		opts = append(opts, lockcluster.WithNamespace(d.Namespace))
+	if ns := d.Namespace; ns != "" || len(d.Namespaces) > 0 {
+		if len(d.Namespaces) > 0 {
+			ns = d.Namespaces[n%len(d.Namespaces)]
+		}
+		opts = append(opts, lockcluster.WithNamespace(ns))
 	}
 	if d.TTL > 0 {
 		opts = append(opts, lockcluster.WithTTL(d.TTL))

@@ -5,6 +5,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
 
 	pb "github.com/lockcluster/lockcluster/api/lockclusterv1"
 	"github.com/lockcluster/lockcluster/fsm"
@@ -199,9 +200,31 @@ func (r *router) Touch(ctx context.Context, req *pb.TouchRequest) (*pb.TouchResp
 	return out, nil
 }
 
-// Status is group 0's: it answers even when the group is unfit (fence.go).
+// Status is group 0's, with every group's replica listed and the counts
+// summed over them; it answers even when a group is unfit (fence.go).
 func (r *router) Status(ctx context.Context, req *pb.StatusRequest) (*pb.StatusResponse, error) {
-	return r.groups[0].srv.Status(ctx, req)
+	out, err := r.groups[0].srv.Status(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	zero := proto.Clone(out).(*pb.StatusResponse) // its counts: group 0's
+	out.Sessions, out.Held, out.Pending, out.Namespaces = 0, 0, 0, 0
+	for _, g := range r.groups {
+		st := zero
+		if g.id != 0 {
+			if st, err = g.srv.Status(ctx, req); err != nil {
+				return nil, err
+			}
+		}
+		out.Sessions += st.Sessions
+		out.Held += st.Held
+		out.Pending += st.Pending
+		out.Namespaces += st.Namespaces
+		out.Groups = append(out.Groups, &pb.GroupStatus{Group: uint32(g.id), State: st.State, LeaderId: st.LeaderId, Term: st.Term,
+			CommitIndex: st.CommitIndex, AppliedIndex: st.AppliedIndex, Slots: uint32(g.machine.OwnedSlots()),
+			Sessions: st.Sessions, Held: st.Held, Pending: st.Pending, Unfit: st.Unfit})
+	}
+	return out, nil
 }
 
 func (r *router) Members(ctx context.Context, req *pb.MembersRequest) (*pb.MembersResponse, error) {

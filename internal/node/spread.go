@@ -32,6 +32,11 @@ import (
 // groups groups.
 func spreadGroup(slot uint16, groups int) int { return int(slot) * groups / fsm.Slots }
 
+// SpreadGroup is the group that serves namespace ns on a cluster of
+// groups groups bootstrapped by this release (bench --namespaces picks
+// names spread evenly over the groups with it).
+func SpreadGroup(ns string, groups int) int { return spreadGroup(fsm.Slot(ns), max(groups, 1)) }
+
 // spreadSlots are group g's slots in the static spread, ascending.
 func spreadSlots(g, groups int) []uint16 {
 	var out []uint16

@@ -148,6 +148,10 @@ func Start(ctx context.Context, cfg Config, wait time.Duration) (*Cluster, error
 		c.Stop()
 		return nil, err
 	}
+	if err := c.Groups(ctx, wait); err != nil { // several groups: every one serves
+		c.Stop()
+		return nil, err
+	}
 	return c, nil
 }
 

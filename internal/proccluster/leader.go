@@ -103,3 +103,50 @@ func ended(ctx context.Context) string {
 	}
 	return ""
 }
+
+// WaitGroups polls the nodes at addrs until, on a cluster of several Raft
+// groups, every node answers, every group's replica there knows a leader
+// and is fit, and the groups' slots add up to all 4,096 (the initial
+// spread is done: every namespace is served); it returns at the first
+// answers on a cluster of one group. It gives up when d passes or ctx
+// ends.
+func WaitGroups(ctx context.Context, d time.Duration, addrs []string, opts ...lockcluster.Option) error {
+	a, err := lockcluster.DialAdmin(addrs, opts...)
+	if err != nil {
+		return err
+	}
+	defer a.Close()
+	ok := poll(ctx, d, pollEvery, func() bool {
+		sctx, cancel := context.WithTimeout(ctx, time.Second)
+		sts := a.Status(sctx)
+		cancel()
+		for _, st := range sts {
+			if st.Err != "" {
+				return false
+			}
+			slots := 0
+			for _, g := range st.Groups {
+				if g.LeaderID == "" || g.Unfit != "" {
+					return false
+				}
+				slots += int(g.Slots)
+			}
+			if len(st.Groups) > 0 && slots != 4096 {
+				return false
+			}
+		}
+		return true
+	})
+	if !ok {
+		return fmt.Errorf("the groups did not all serve within %s%s", d, ended(ctx))
+	}
+	return nil
+}
+
+// Groups waits up to d for every group of the cluster to serve (WaitGroups).
+func (c *Cluster) Groups(ctx context.Context, d time.Duration) error {
+	if err := WaitGroups(ctx, d, c.Addrs(), c.cfg.Admin...); err != nil {
+		return fmt.Errorf("%w; the nodes' logs are in %s", err, c.Dir)
+	}
+	return nil
+}
