@@ -40,10 +40,10 @@ type devRun struct {
 
 // startDev starts 'lockcluster dev' on free ports with its temporary
 // directory in a test's own, and waits for it to print LOCKCLUSTER_ADDR.
-func startDev(t *testing.T, base int) *devRun {
+func startDev(t *testing.T, base int, extra ...string) *devRun {
 	t.Helper()
 	bin := binary(t)
-	cmd := exec.Command(bin, "dev", "--base-port", strconv.Itoa(base))
+	cmd := exec.Command(bin, append([]string{"dev", "--base-port", strconv.Itoa(base)}, extra...)...)
 	cmd.Env = append(os.Environ(), "TMPDIR="+t.TempDir())
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -216,4 +216,25 @@ func TestDevRestartByHand(t *testing.T) {
 	if code, _ := readyzOf(http); code == 0 {
 		t.Fatal("the node restarted by hand stopped with dev")
 	}
+}
+
+// 'lockcluster dev --groups 4', as the README runs it: the cluster serves
+// a namespace of each group (through the CLI's lock), and 'lockcluster
+// status' lists every node's replica of the four groups, 1,024 slots each.
+func TestDevGroups(t *testing.T) {
+	d := startDev(t, freeBase(t), "--groups", "4")
+	for _, ns := range []string{"a", "d", "h", "x"} { // groups 0, 1, 2, 3 (node.SpreadGroup)
+		out, err := exec.Command(binary(t), "--addr", d.addr, "-n", ns, "lock", "job", "--", "echo", "ran in "+ns).CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "ran in "+ns) {
+			t.Fatalf("lock in namespace %s: %v\n%s", ns, err, out)
+		}
+	}
+	out, err := exec.Command(binary(t), "--addr", d.addr, "status").CombinedOutput()
+	if err != nil {
+		t.Fatalf("status: %v\n%s", err, out)
+	}
+	if n := strings.Count(string(out), "  1024  "); !strings.Contains(string(out), "GROUP") || n != 12 {
+		t.Fatalf("status: want a GROUP table of 3 nodes x 4 groups of 1024 slots, got %d rows:\n%s", n, out)
+	}
+	d.interrupt(t)
 }

@@ -284,7 +284,17 @@ func (s *Server) Run(ctx context.Context, node Replica) {
 			s.members.register(ctx)
 		}
 	}()
-	go func() { defer wg.Done(); s.probeMembers(ctx) }()
+	go func() {
+		defer wg.Done()
+		// Group 0's leader probes the members (Members, the cluster
+		// level). A group g ≥ 1 of a cluster this release bootstrapped
+		// counts its members at the level its state uses once it serves
+		// a slot (levelFloor), which is this release's: probes of its own
+		// would only repeat group 0's, G times a second per member.
+		if s.cfg.Group == 0 {
+			s.probeMembers(ctx)
+		}
+	}()
 	go func() { defer wg.Done(); s.watchLeaderless(ctx) }()
 	wg.Wait()
 	close(s.done)
