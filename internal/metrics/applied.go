@@ -16,7 +16,7 @@ import (
 // was never seen (its last entry is the first this node hears of it, after
 // a snapshot was installed) counts under namespace "".
 type recorder struct {
-	m      *fsm.Machine
+	m      State
 	mu     sync.Mutex
 	ns     map[uint64]string
 	primed bool
@@ -29,7 +29,7 @@ type recorder struct {
 // newRecorder returns the counters of applied events; replica, when set,
 // are their constant labels (see the package doc: every node counts the same
 // events).
-func newRecorder(m *fsm.Machine, replica prometheus.Labels) *recorder {
+func newRecorder(m State, replica prometheus.Labels) *recorder {
 	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
 		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: replica}, append([]string{"namespace"}, labels...))
 	}

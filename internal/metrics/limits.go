@@ -4,8 +4,6 @@ import (
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/lockcluster/lockcluster/fsm"
 )
 
 // maxLimitNamespaces bounds the namespaces the refusal, stream-cut and
@@ -35,12 +33,12 @@ type limitCounters struct {
 // (applied.go) have their own, so that which namespaces they name follows
 // the applied log alone, as on every node.
 type nsBound struct {
-	m     *fsm.Machine
+	m     State
 	mu    sync.Mutex
 	named map[string]bool
 }
 
-func newNSBound(m *fsm.Machine) *nsBound { return &nsBound{m: m, named: make(map[string]bool)} }
+func newNSBound(m State) *nsBound { return &nsBound{m: m, named: make(map[string]bool)} }
 
 // label is ns if it is, or may become, one of the named namespaces, else
 // "". With live, ns must have sessions in the applied state to become one
@@ -59,7 +57,7 @@ func (b *nsBound) label(ns string, live bool) string {
 	return label(ns)
 }
 
-func newLimitCounters(m *fsm.Machine) *limitCounters {
+func newLimitCounters(m State) *limitCounters {
 	return &limitCounters{
 		names: newNSBound(m),
 		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{

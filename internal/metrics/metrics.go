@@ -146,7 +146,7 @@ func WithReplica(id string) Option {
 // New returns the metrics of the node whose lock manager is m, on a registry
 // of their own. The first call in a process also installs go-metrics'
 // global sink, so call it before the node's raft starts.
-func New(m *fsm.Machine, opts ...Option) *Metrics {
+func New(m State, opts ...Option) *Metrics {
 	var o options
 	for _, opt := range opts {
 		opt(&o)

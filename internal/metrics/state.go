@@ -5,8 +5,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/lockcluster/lockcluster/fsm"
 )
 
 // stateCollector reads the lock manager at scrape time: nothing is kept
@@ -14,14 +12,14 @@ import (
 // The counts are this node's applied state (a follower may lag the leader
 // by a few entries).
 type stateCollector struct {
-	m                                  *fsm.Machine
+	m                                  State
 	sessions, held, pending, lastIndex *prometheus.Desc
 }
 
 // newStateCollector reads m; replica, when set, are the constant labels of
 // the replicated state's gauges (the same on every node: see the package
 // doc).
-func newStateCollector(m *fsm.Machine, replica prometheus.Labels) *stateCollector {
+func newStateCollector(m State, replica prometheus.Labels) *stateCollector {
 	ns := []string{"namespace"}
 	return &stateCollector{
 		m:         m,

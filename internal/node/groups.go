@@ -118,6 +118,7 @@ func (n *Node) startGroup(g uint16, base server.Config, mux *raftmux.Mux) (*grou
 	rcfg.WALMetricLabels = map[string]string{"group": strconv.Itoa(int(g))}
 	srv := &sinkHolder{}
 	adapter := raftfsm.New(gr.machine, raftfsm.WithSink(func(i uint64, t int64, ap fsm.Applied) {
+		n.metrics.Applied(i, ap) // events of every group count (groupstate.go)
 		if ap.Kept {
 			gr.hist.Append(i, t, ap.Changes)
 		} else {

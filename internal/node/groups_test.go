@@ -3,6 +3,8 @@ package node_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -97,6 +99,14 @@ func TestGroupsSpreadAndServe(t *testing.T) {
 		}
 		tokens[g] = token
 	}
+	// The lock and session series cover every group: a namespace of
+	// group 3 has its open session and its grant on every node.
+	for _, nd := range c.Nodes {
+		c.WaitFor(10*time.Second, "node's metrics of group 3's namespace", func() bool {
+			body := scrapeText(t, "http://"+nd.HTTPAddr()+"/metrics")
+			return hasSeries(body, "lockcluster_sessions{", names[3]) && hasSeries(body, "lockcluster_grants_total{", names[3])
+		})
+	}
 	// Stop the node that leads group 2 (whatever else it leads).
 	leader := -1
 	c.WaitFor(10*time.Second, "a leader of group 2", func() bool {
@@ -166,4 +176,26 @@ func closeNode(t *testing.T, nd *node.Node) {
 	if err := nd.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
+}
+
+func scrapeText(t *testing.T, url string) string {
+	t.Helper()
+	r, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Body.Close()
+	b, _ := io.ReadAll(r.Body)
+	return string(b)
+}
+
+// hasSeries reports whether a line of the scrape body starts with name
+// and labels namespace ns.
+func hasSeries(body, name, ns string) bool {
+	for _, l := range strings.Split(body, "\n") {
+		if strings.HasPrefix(l, name) && strings.Contains(l, `namespace="`+ns+`"`) {
+			return true
+		}
+	}
+	return false
 }

@@ -149,6 +149,7 @@ type Node struct {
 	groups     []*group
 	mux        *raftmux.Mux
 	spreadDone atomic.Bool
+	groupState *groupState // what the metrics read (groupstate.go)
 }
 
 // Start starts a node and returns once it serves (it may not have a leader
@@ -205,7 +206,12 @@ func (n *Node) start() error {
 	n.machine.KeepChangesWhenWatched()
 	hist := watchhist.New(cfg.Server.WatchHistory)
 	n.hist = hist
-	n.metrics = metrics.New(n.machine, metrics.WithReplica(cfg.ID)) // before raft starts: it installs go-metrics' sink
+	var state metrics.State = n.machine
+	if cfg.Groups > 1 {
+		n.groupState = &groupState{zero: n.machine} // every group's, once they are built (groupstate.go)
+		state = n.groupState
+	}
+	n.metrics = metrics.New(state, metrics.WithReplica(cfg.ID)) // before raft starts: it installs go-metrics' sink
 	self := fsm.Member{ID: cfg.ID, GRPCAddr: orElse(cfg.AdvertiseGRPC, n.grpcLis.Addr().String())}
 	if n.httpLis != nil {
 		self.HTTPAddr = orElse(cfg.AdvertiseHTTP, n.httpLis.Addr().String())
@@ -264,6 +270,11 @@ func (n *Node) start() error {
 			}
 			n.groups = append(n.groups, gr)
 		}
+		ms := make([]*fsm.Machine, len(n.groups))
+		for i, gr := range n.groups {
+			ms[i] = gr.machine
+		}
+		n.groupState.groups.Store(&ms)
 	}
 
 	// A pool of stream workers serves RPCs on reused goroutines instead of
