@@ -13,7 +13,6 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/lockcluster/lockcluster/fsm"
-	"github.com/lockcluster/lockcluster/fsm/raftfsm"
 	"github.com/lockcluster/lockcluster/internal/raftmux"
 	"github.com/lockcluster/lockcluster/internal/server"
 	"github.com/lockcluster/lockcluster/internal/watchhist"
@@ -80,13 +79,10 @@ func (n *Node) raftMux() (*raftmux.Mux, error) {
 	if err != nil {
 		return nil, fmt.Errorf("node: raft address %s: %w", n.cfg.RaftAddr, err)
 	}
-	var adv net.Addr
-	if n.cfg.AdvertiseRaft != "" {
-		if _, _, err := net.SplitHostPort(n.cfg.AdvertiseRaft); err != nil {
-			l.Close()
-			return nil, fmt.Errorf("node: raft advertise address %s: %w", n.cfg.AdvertiseRaft, err)
-		}
-		adv = hostAddr(n.cfg.AdvertiseRaft)
+	adv, err := advertiseAddr(l, n.cfg.AdvertiseRaft) // streamlayer.go
+	if err != nil {
+		l.Close()
+		return nil, fmt.Errorf("node: %w", err)
 	}
 	dial := func(addr string, timeout time.Duration) (net.Conn, error) {
 		return net.DialTimeout("tcp", addr, min(timeout, dialTimeout))
@@ -117,15 +113,7 @@ func (n *Node) startGroup(g uint16, base server.Config, mux *raftmux.Mux) (*grou
 	rcfg.WALSegmentSize = groupWALSegment
 	rcfg.WALMetricLabels = map[string]string{"group": strconv.Itoa(int(g))}
 	srv := &sinkHolder{}
-	adapter := raftfsm.New(gr.machine, raftfsm.WithSink(func(i uint64, t int64, ap fsm.Applied) {
-		n.metrics.Applied(i, ap) // events of every group count (groupstate.go)
-		if ap.Kept {
-			gr.hist.Append(i, t, ap.Changes)
-		} else {
-			gr.hist.Skip(i)
-		}
-		srv.apply(i, ap)
-	}), raftfsm.WithRestored(gr.hist.Restored), raftfsm.WithLogger(n.log.Named("fsm").With("group", g)))
+	adapter := n.adapter(gr.machine, gr.hist, srv, n.log.Named("fsm").With("group", g)) // node.go
 	if gr.raft, err = raftnode.New(rcfg, adapter); err != nil {
 		return nil, fmt.Errorf("node: group %d: %w", g, err)
 	}

@@ -241,15 +241,7 @@ func (n *Node) start() error {
 		rcfg.StreamLayer, rcfg.BindAddr = layer, ""
 	}
 	srvHolder := &sinkHolder{}
-	adapter := raftfsm.New(n.machine, raftfsm.WithSink(func(i uint64, t int64, ap fsm.Applied) {
-		n.metrics.Applied(i, ap)
-		if ap.Kept {
-			hist.Append(i, t, ap.Changes)
-		} else {
-			hist.Skip(i)
-		}
-		srvHolder.apply(i, ap)
-	}), raftfsm.WithRestored(hist.Restored), raftfsm.WithLogger(n.log.Named("fsm")))
+	adapter := n.adapter(n.machine, hist, srvHolder, n.log.Named("fsm"))
 	if n.raft, err = raftnode.New(rcfg, adapter); err != nil {
 		n.closeMux()
 		return fmt.Errorf("node: %w", err)
@@ -344,6 +336,21 @@ func (n *Node) start() error {
 	}
 	n.log.Info("serving", "grpc", self.GRPCAddr, "raft", self.RaftAddr, "http", self.HTTPAddr, "data", cfg.DataDir)
 	return nil
+}
+
+// adapter is a group's raft adapter: after each applied entry its sink
+// counts the entry's events (metrics), feeds the group's watch history,
+// and hands the entry to the group's server once h holds it.
+func (n *Node) adapter(m *fsm.Machine, hist *watchhist.History, h *sinkHolder, log hclog.Logger) *raftfsm.FSM {
+	return raftfsm.New(m, raftfsm.WithSink(func(i uint64, t int64, ap fsm.Applied) {
+		n.metrics.Applied(i, ap)
+		if ap.Kept {
+			hist.Append(i, t, ap.Changes)
+		} else {
+			hist.Skip(i)
+		}
+		h.apply(i, ap)
+	}), raftfsm.WithRestored(hist.Restored), raftfsm.WithLogger(log))
 }
 
 // sinkHolder lets the raft adapter, built before the server, deliver to it.

@@ -8,7 +8,6 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/lockcluster/lockcluster/api/lockclusterv1"
-	"github.com/lockcluster/lockcluster/fsm"
 	"github.com/lockcluster/lockcluster/internal/rpcerr"
 	"github.com/lockcluster/lockcluster/internal/server"
 )
@@ -31,9 +30,12 @@ type router struct {
 	groups []*group
 }
 
+// group is the group that serves namespace ns.
+func (r *router) group(ns string) *group { return r.groups[SpreadGroup(ns, len(r.groups))] }
+
 // of returns the group that serves namespace ns, or the group's fence.
 func (r *router) of(ns string) (*group, error) {
-	g := r.groups[spreadGroup(fsm.Slot(ns), len(r.groups))]
+	g := r.group(ns)
 	return g, server.FenceError(g.raft.Unfit)
 }
 
@@ -121,14 +123,14 @@ func fenceStream(g *group, ss grpc.ServerStream, method string, handler func(grp
 }
 
 func (r *router) QueryPages(req *pb.QueryRequest, stream grpc.ServerStreamingServer[pb.QueryResponse]) error {
-	g := r.groups[spreadGroup(fsm.Slot(req.GetNamespace()), len(r.groups))]
+	g := r.group(req.GetNamespace())
 	return fenceStream(g, stream, pb.Locks_QueryPages_FullMethodName, func(s grpc.ServerStream) error {
 		return g.srv.QueryPages(req, &grpc.GenericServerStream[pb.QueryRequest, pb.QueryResponse]{ServerStream: s})
 	})
 }
 
 func (r *router) Watch(req *pb.WatchRequest, stream grpc.ServerStreamingServer[pb.WatchResponse]) error {
-	g := r.groups[spreadGroup(fsm.Slot(req.GetNamespace()), len(r.groups))]
+	g := r.group(req.GetNamespace())
 	return fenceStream(g, stream, pb.Locks_Watch_FullMethodName, func(s grpc.ServerStream) error {
 		return g.srv.Watch(req, &grpc.GenericServerStream[pb.WatchRequest, pb.WatchResponse]{ServerStream: s})
 	})
@@ -142,7 +144,7 @@ func (r *router) Session(stream pb.Locks_SessionServer) error {
 	if err != nil {
 		return err
 	}
-	g := r.groups[spreadGroup(fsm.Slot(first.GetAttach().GetNamespace()), len(r.groups))]
+	g := r.group(first.GetAttach().GetNamespace())
 	return fenceStream(g, stream, pb.Locks_Session_FullMethodName, func(s grpc.ServerStream) error {
 		return g.srv.Session(&replayedStream{ServerStream: s, first: first})
 	})

@@ -25,14 +25,10 @@ func newStreamLayer(bind, advertise string, server *tls.Config, client func() *t
 	if err != nil {
 		return nil, fmt.Errorf("raft TLS listener %s: %w", bind, err)
 	}
-	var adv net.Addr = l.Addr()
-	if advertise != "" {
-		// Kept as written: a host name is resolved at each dial.
-		if _, _, err := net.SplitHostPort(advertise); err != nil {
-			l.Close()
-			return nil, fmt.Errorf("raft advertise address %s: %w", advertise, err)
-		}
-		adv = hostAddr(advertise)
+	adv, err := advertiseAddr(l, advertise)
+	if err != nil {
+		l.Close()
+		return nil, err
 	}
 	return &streamLayer{Listener: tls.NewListener(l, server), advertise: adv, client: client}, nil
 }
@@ -54,6 +50,18 @@ func (s *streamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (n
 }
 
 var _ raft.StreamLayer = (*streamLayer)(nil)
+
+// advertiseAddr is the raft address other members reach l on: advertise,
+// kept as written (a host name is resolved at each dial), else l's own.
+func advertiseAddr(l net.Listener, advertise string) (net.Addr, error) {
+	if advertise == "" {
+		return l.Addr(), nil
+	}
+	if _, _, err := net.SplitHostPort(advertise); err != nil {
+		return nil, fmt.Errorf("raft advertise address %s: %w", advertise, err)
+	}
+	return hostAddr(advertise), nil
+}
 
 // hostAddr is an address as written (host:port).
 type hostAddr string

@@ -318,6 +318,12 @@ func (s *Server) propose(ctx context.Context, cmd fsm.Command) (fsm.Applied, uin
 	if err := s.gateLevel(cmd); err != nil { // level.go
 		return fsm.Applied{}, 0, err
 	}
+	return s.proposeUngated(ctx, node, cmd)
+}
+
+// proposeUngated is propose past the level gate (spread.go's ProposeMove
+// shares it).
+func (s *Server) proposeUngated(ctx context.Context, node Replica, cmd fsm.Command) (fsm.Applied, uint64, error) {
 	data, err := fsm.EncodeEntry(fsm.Entry{Time: s.cfg.Now().UnixNano(), Cmd: cmd})
 	if err != nil {
 		return fsm.Applied{}, 0, err

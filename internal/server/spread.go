@@ -27,19 +27,8 @@ func (s *Server) ProposeMove(ctx context.Context, cmd fsm.Command) (fsm.Result, 
 	if node == nil {
 		return fsm.Result{}, raftnode.ErrShutdown
 	}
-	data, err := fsm.EncodeEntry(fsm.Entry{Time: s.cfg.Now().UnixNano(), Cmd: cmd})
-	if err != nil {
-		return fsm.Result{}, err
-	}
-	r, err := node.Propose(ctx, data)
-	if err != nil {
-		return fsm.Result{}, err
-	}
-	ap, ok := r.Response.(fsm.Applied)
-	if !ok {
-		return fsm.Result{}, fmt.Errorf("internal error: entry %d applied with response %T", r.Index, r.Response)
-	}
-	return ap.Result, nil
+	ap, _, err := s.proposeUngated(ctx, node, cmd)
+	return ap.Result, err
 }
 
 // FenceError is the error every lockcluster.v1 call but Status gets from
