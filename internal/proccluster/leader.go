@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/lockcluster/lockcluster"
+	"github.com/lockcluster/lockcluster/fsm"
 )
 
 // pollEvery is how often the waits below ask the nodes again.
@@ -131,7 +132,7 @@ func WaitGroups(ctx context.Context, d time.Duration, addrs []string, opts ...lo
 				}
 				slots += int(g.Slots)
 			}
-			if len(st.Groups) > 0 && slots != 4096 {
+			if len(st.Groups) > 0 && slots != fsm.Slots {
 				return false
 			}
 		}
