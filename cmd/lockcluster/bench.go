@@ -137,7 +137,7 @@ Progress goes to stderr once a second;
 	fl.StringVar(&f.serverBin, "server-bin", "", "--local: the lockcluster binary the nodes run (default: this one)")
 	fl.StringArrayVar(&f.serveArgs, "serve-arg", nil, "--local: an extra flag for every 'serve' (repeatable)")
 	fl.BoolVar(&f.unaryWrites, "unary-writes", false, "send requests and releases as unary calls, not on the session stream (to compare)")
-	fl.BoolVar(&f.preferLeader, "prefer-leader", true, "put the leader's endpoint first, so that clients talk to it (no forwarding)")
+	fl.BoolVar(&f.preferLeader, "prefer-leader", true, "put the leader's endpoint first, so that clients talk to it (no forwarding); with --groups and --namespaces, each namespace's group leader")
 	fl.IntVar(&f.groups, "groups", 1, "--local: the Raft groups of the cluster (serve --groups); with --namespaces, the groups the names are spread over")
 	fl.IntVar(&f.namespaces, "namespaces", 1, "the namespaces the sessions spread over (session i in the i-th, round robin): NAMESPACE-0, -1, ... picked so that each of the --groups serves as many (1: the --namespace alone)")
 	fl.BoolVar(&f.keep, "keep", false, "--local: keep the nodes' data directories and logs")
@@ -203,6 +203,11 @@ func runBench(g *globals, f *benchFlags, command string) error {
 	if f.namespaces > 1 {
 		d.Namespaces = spreadNamespaces(g.namespace, f.namespaces, f.groups)
 		fmt.Fprintf(os.Stderr, "namespaces: %s\n", strings.Join(d.Namespaces, " "))
+		if f.preferLeader && f.groups > 1 {
+			// Each namespace's sessions start on its group's leader, as
+			// with one group they start on the leader: no forwarding.
+			d.EndpointsFor = loadgen.GroupLeadersFirst(ctx, addrs, d.Namespaces, func(ns string) int { return node.SpreadGroup(ns, f.groups) })
+		}
 	}
 	load := loadgen.LoadAvg()
 	var meter *loadgen.CPUMeter

@@ -18,6 +18,10 @@ type Lockcluster struct {
 	// Namespaces, when set, replaces Namespace: session i opens in
 	// Namespaces[i mod len] (bench --namespaces).
 	Namespaces []string
+	// EndpointsFor, when it has a namespace, replaces Endpoints for that
+	// namespace's sessions (bench --prefer-leader with several groups:
+	// the namespace's group leader first).
+	EndpointsFor map[string][]string
 	TTL        time.Duration // 0: the client's default (10s)
 	// Rotate spreads sessions over the endpoints: session i lists the
 	// endpoints starting at i mod len. Without it every client starts on
@@ -39,6 +43,11 @@ func (d *Lockcluster) Close() error { return nil }
 func (d *Lockcluster) Open(ctx context.Context) (Session, error) {
 	eps := d.Endpoints
 	n := int(d.n.Add(1) - 1)
+	if len(d.Namespaces) > 0 {
+		if e, ok := d.EndpointsFor[d.Namespaces[n%len(d.Namespaces)]]; ok {
+			eps = e
+		}
+	}
 	if d.Rotate && len(eps) > 1 {
 		i := n % len(eps)
 		eps = append(append([]string(nil), eps[i:]...), eps[:i]...)
