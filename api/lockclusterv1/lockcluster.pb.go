@@ -4472,7 +4472,12 @@ func (x *TouchRequest) GetSessionIds() []uint64 {
 type TouchResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The sessions the leader does not know (ended): their clients must stop.
-	Unknown       []uint64 `protobuf:"varint,1,rep,packed,name=unknown,proto3" json:"unknown,omitempty"`
+	Unknown []uint64 `protobuf:"varint,1,rep,packed,name=unknown,proto3" json:"unknown,omitempty"`
+	// The sessions the leader knows but did not renew because their slot
+	// is moving to, or moved to, another group (a cluster of several
+	// groups): their streams end MOVING and the clients re-attach; never
+	// listed in unknown, which would end them.
+	Moved         []uint64 `protobuf:"varint,2,rep,packed,name=moved,proto3" json:"moved,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4514,6 +4519,278 @@ func (x *TouchResponse) GetUnknown() []uint64 {
 	return nil
 }
 
+func (x *TouchResponse) GetMoved() []uint64 {
+	if x != nil {
+		return x.Moved
+	}
+	return nil
+}
+
+type MoveSlotsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The slots to move, each below 4,096: all served by one group.
+	Slots         []uint32 `protobuf:"varint,1,rep,packed,name=slots,proto3" json:"slots,omitempty"`
+	ToGroup       uint32   `protobuf:"varint,2,opt,name=to_group,json=toGroup,proto3" json:"to_group,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MoveSlotsRequest) Reset() {
+	*x = MoveSlotsRequest{}
+	mi := &file_lockcluster_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MoveSlotsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MoveSlotsRequest) ProtoMessage() {}
+
+func (x *MoveSlotsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lockcluster_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MoveSlotsRequest.ProtoReflect.Descriptor instead.
+func (*MoveSlotsRequest) Descriptor() ([]byte, []int) {
+	return file_lockcluster_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *MoveSlotsRequest) GetSlots() []uint32 {
+	if x != nil {
+		return x.Slots
+	}
+	return nil
+}
+
+func (x *MoveSlotsRequest) GetToGroup() uint32 {
+	if x != nil {
+		return x.ToGroup
+	}
+	return 0
+}
+
+type MoveSlotsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The group the slots leave, and the move's epoch (above every epoch
+	// the slots had).
+	FromGroup     uint32 `protobuf:"varint,1,opt,name=from_group,json=fromGroup,proto3" json:"from_group,omitempty"`
+	Epoch         uint32 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MoveSlotsResponse) Reset() {
+	*x = MoveSlotsResponse{}
+	mi := &file_lockcluster_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MoveSlotsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MoveSlotsResponse) ProtoMessage() {}
+
+func (x *MoveSlotsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lockcluster_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MoveSlotsResponse.ProtoReflect.Descriptor instead.
+func (*MoveSlotsResponse) Descriptor() ([]byte, []int) {
+	return file_lockcluster_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *MoveSlotsResponse) GetFromGroup() uint32 {
+	if x != nil {
+		return x.FromGroup
+	}
+	return 0
+}
+
+func (x *MoveSlotsResponse) GetEpoch() uint32 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+type PlacementRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The namespace whose slot to look up; or, when empty, slot.
+	Namespace     string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Slot          uint32 `protobuf:"varint,2,opt,name=slot,proto3" json:"slot,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PlacementRequest) Reset() {
+	*x = PlacementRequest{}
+	mi := &file_lockcluster_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlacementRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlacementRequest) ProtoMessage() {}
+
+func (x *PlacementRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lockcluster_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlacementRequest.ProtoReflect.Descriptor instead.
+func (*PlacementRequest) Descriptor() ([]byte, []int) {
+	return file_lockcluster_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *PlacementRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *PlacementRequest) GetSlot() uint32 {
+	if x != nil {
+		return x.Slot
+	}
+	return 0
+}
+
+type PlacementResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Slot  uint32                 `protobuf:"varint,1,opt,name=slot,proto3" json:"slot,omitempty"`
+	// The group that serves the slot; while it moves, the group it leaves.
+	Group uint32 `protobuf:"varint,2,opt,name=group,proto3" json:"group,omitempty"`
+	Epoch uint32 `protobuf:"varint,3,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// True from the source's Freeze to the target's Import; to_group is
+	// then where it goes.
+	Moving  bool   `protobuf:"varint,4,opt,name=moving,proto3" json:"moving,omitempty"`
+	ToGroup uint32 `protobuf:"varint,5,opt,name=to_group,json=toGroup,proto3" json:"to_group,omitempty"`
+	// The member that leads the group, as this node knows it, and its
+	// client API address (empty when none is known).
+	LeaderId      string `protobuf:"bytes,6,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
+	LeaderGrpc    string `protobuf:"bytes,7,opt,name=leader_grpc,json=leaderGrpc,proto3" json:"leader_grpc,omitempty"`
+	Groups        uint32 `protobuf:"varint,8,opt,name=groups,proto3" json:"groups,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PlacementResponse) Reset() {
+	*x = PlacementResponse{}
+	mi := &file_lockcluster_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlacementResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlacementResponse) ProtoMessage() {}
+
+func (x *PlacementResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lockcluster_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlacementResponse.ProtoReflect.Descriptor instead.
+func (*PlacementResponse) Descriptor() ([]byte, []int) {
+	return file_lockcluster_proto_rawDescGZIP(), []int{52}
+}
+
+func (x *PlacementResponse) GetSlot() uint32 {
+	if x != nil {
+		return x.Slot
+	}
+	return 0
+}
+
+func (x *PlacementResponse) GetGroup() uint32 {
+	if x != nil {
+		return x.Group
+	}
+	return 0
+}
+
+func (x *PlacementResponse) GetEpoch() uint32 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *PlacementResponse) GetMoving() bool {
+	if x != nil {
+		return x.Moving
+	}
+	return false
+}
+
+func (x *PlacementResponse) GetToGroup() uint32 {
+	if x != nil {
+		return x.ToGroup
+	}
+	return 0
+}
+
+func (x *PlacementResponse) GetLeaderId() string {
+	if x != nil {
+		return x.LeaderId
+	}
+	return ""
+}
+
+func (x *PlacementResponse) GetLeaderGrpc() string {
+	if x != nil {
+		return x.LeaderGrpc
+	}
+	return ""
+}
+
+func (x *PlacementResponse) GetGroups() uint32 {
+	if x != nil {
+		return x.Groups
+	}
+	return 0
+}
+
 type SaveSnapshotRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -4522,7 +4799,7 @@ type SaveSnapshotRequest struct {
 
 func (x *SaveSnapshotRequest) Reset() {
 	*x = SaveSnapshotRequest{}
-	mi := &file_lockcluster_proto_msgTypes[49]
+	mi := &file_lockcluster_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4534,7 +4811,7 @@ func (x *SaveSnapshotRequest) String() string {
 func (*SaveSnapshotRequest) ProtoMessage() {}
 
 func (x *SaveSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockcluster_proto_msgTypes[49]
+	mi := &file_lockcluster_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4547,7 +4824,7 @@ func (x *SaveSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SaveSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*SaveSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_lockcluster_proto_rawDescGZIP(), []int{49}
+	return file_lockcluster_proto_rawDescGZIP(), []int{53}
 }
 
 // SnapshotHeader describes the snapshot that follows it.
@@ -4572,7 +4849,7 @@ type SnapshotHeader struct {
 
 func (x *SnapshotHeader) Reset() {
 	*x = SnapshotHeader{}
-	mi := &file_lockcluster_proto_msgTypes[50]
+	mi := &file_lockcluster_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4584,7 +4861,7 @@ func (x *SnapshotHeader) String() string {
 func (*SnapshotHeader) ProtoMessage() {}
 
 func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_lockcluster_proto_msgTypes[50]
+	mi := &file_lockcluster_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4597,7 +4874,7 @@ func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotHeader.ProtoReflect.Descriptor instead.
 func (*SnapshotHeader) Descriptor() ([]byte, []int) {
-	return file_lockcluster_proto_rawDescGZIP(), []int{50}
+	return file_lockcluster_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *SnapshotHeader) GetIndex() uint64 {
@@ -4661,7 +4938,7 @@ type SnapshotChunk struct {
 
 func (x *SnapshotChunk) Reset() {
 	*x = SnapshotChunk{}
-	mi := &file_lockcluster_proto_msgTypes[51]
+	mi := &file_lockcluster_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4673,7 +4950,7 @@ func (x *SnapshotChunk) String() string {
 func (*SnapshotChunk) ProtoMessage() {}
 
 func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_lockcluster_proto_msgTypes[51]
+	mi := &file_lockcluster_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4686,7 +4963,7 @@ func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
 func (*SnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_lockcluster_proto_rawDescGZIP(), []int{51}
+	return file_lockcluster_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *SnapshotChunk) GetHeader() *SnapshotHeader {
@@ -5066,9 +5343,30 @@ const file_lockcluster_proto_rawDesc = "" +
 	"\ralready_voter\x18\x03 \x01(\bR\falreadyVoter\"/\n" +
 	"\fTouchRequest\x12\x1f\n" +
 	"\vsession_ids\x18\x01 \x03(\x04R\n" +
-	"sessionIds\")\n" +
+	"sessionIds\"?\n" +
 	"\rTouchResponse\x12\x18\n" +
-	"\aunknown\x18\x01 \x03(\x04R\aunknown\"\x15\n" +
+	"\aunknown\x18\x01 \x03(\x04R\aunknown\x12\x14\n" +
+	"\x05moved\x18\x02 \x03(\x04R\x05moved\"C\n" +
+	"\x10MoveSlotsRequest\x12\x14\n" +
+	"\x05slots\x18\x01 \x03(\rR\x05slots\x12\x19\n" +
+	"\bto_group\x18\x02 \x01(\rR\atoGroup\"H\n" +
+	"\x11MoveSlotsResponse\x12\x1d\n" +
+	"\n" +
+	"from_group\x18\x01 \x01(\rR\tfromGroup\x12\x14\n" +
+	"\x05epoch\x18\x02 \x01(\rR\x05epoch\"D\n" +
+	"\x10PlacementRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
+	"\x04slot\x18\x02 \x01(\rR\x04slot\"\xdc\x01\n" +
+	"\x11PlacementResponse\x12\x12\n" +
+	"\x04slot\x18\x01 \x01(\rR\x04slot\x12\x14\n" +
+	"\x05group\x18\x02 \x01(\rR\x05group\x12\x14\n" +
+	"\x05epoch\x18\x03 \x01(\rR\x05epoch\x12\x16\n" +
+	"\x06moving\x18\x04 \x01(\bR\x06moving\x12\x19\n" +
+	"\bto_group\x18\x05 \x01(\rR\atoGroup\x12\x1b\n" +
+	"\tleader_id\x18\x06 \x01(\tR\bleaderId\x12\x1f\n" +
+	"\vleader_grpc\x18\a \x01(\tR\n" +
+	"leaderGrpc\x12\x16\n" +
+	"\x06groups\x18\b \x01(\rR\x06groups\"\x15\n" +
 	"\x13SaveSnapshotRequest\"\xcd\x01\n" +
 	"\x0eSnapshotHeader\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x12\n" +
@@ -5134,7 +5432,7 @@ const file_lockcluster_proto_rawDesc = "" +
 	"QueryPages\x12\x1c.lockcluster.v1.QueryRequest\x1a\x1d.lockcluster.v1.QueryResponse0\x01\x12P\n" +
 	"\tSetRecord\x12 .lockcluster.v1.SetRecordRequest\x1a!.lockcluster.v1.SetRecordResponse\x12P\n" +
 	"\tGetRecord\x12 .lockcluster.v1.GetRecordRequest\x1a!.lockcluster.v1.GetRecordResponse\x12F\n" +
-	"\x05Watch\x12\x1c.lockcluster.v1.WatchRequest\x1a\x1d.lockcluster.v1.WatchResponse0\x012\x8f\x04\n" +
+	"\x05Watch\x12\x1c.lockcluster.v1.WatchRequest\x1a\x1d.lockcluster.v1.WatchResponse0\x012\xb3\x05\n" +
 	"\aCluster\x12G\n" +
 	"\x06Status\x12\x1d.lockcluster.v1.StatusRequest\x1a\x1e.lockcluster.v1.StatusResponse\x12J\n" +
 	"\aMembers\x12\x1e.lockcluster.v1.MembersRequest\x1a\x1f.lockcluster.v1.MembersResponse\x12A\n" +
@@ -5142,7 +5440,9 @@ const file_lockcluster_proto_rawDesc = "" +
 	"\x05Leave\x12\x1c.lockcluster.v1.LeaveRequest\x1a\x1d.lockcluster.v1.LeaveResponse\x12J\n" +
 	"\aPromote\x12\x1e.lockcluster.v1.PromoteRequest\x1a\x1f.lockcluster.v1.PromoteResponse\x12D\n" +
 	"\x05Touch\x12\x1c.lockcluster.v1.TouchRequest\x1a\x1d.lockcluster.v1.TouchResponse\x12T\n" +
-	"\fSaveSnapshot\x12#.lockcluster.v1.SaveSnapshotRequest\x1a\x1d.lockcluster.v1.SnapshotChunk0\x01BDZBgithub.com/lockcluster/lockcluster/api/lockclusterv1;lockclusterv1b\x06proto3"
+	"\fSaveSnapshot\x12#.lockcluster.v1.SaveSnapshotRequest\x1a\x1d.lockcluster.v1.SnapshotChunk0\x01\x12P\n" +
+	"\tMoveSlots\x12 .lockcluster.v1.MoveSlotsRequest\x1a!.lockcluster.v1.MoveSlotsResponse\x12P\n" +
+	"\tPlacement\x12 .lockcluster.v1.PlacementRequest\x1a!.lockcluster.v1.PlacementResponseBDZBgithub.com/lockcluster/lockcluster/api/lockclusterv1;lockclusterv1b\x06proto3"
 
 var (
 	file_lockcluster_proto_rawDescOnce sync.Once
@@ -5157,7 +5457,7 @@ func file_lockcluster_proto_rawDescGZIP() []byte {
 }
 
 var file_lockcluster_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_lockcluster_proto_msgTypes = make([]protoimpl.MessageInfo, 53)
+var file_lockcluster_proto_msgTypes = make([]protoimpl.MessageInfo, 57)
 var file_lockcluster_proto_goTypes = []any{
 	(Mode)(0),                     // 0: lockcluster.v1.Mode
 	(Status)(0),                   // 1: lockcluster.v1.Status
@@ -5214,16 +5514,20 @@ var file_lockcluster_proto_goTypes = []any{
 	(*PromoteResponse)(nil),       // 52: lockcluster.v1.PromoteResponse
 	(*TouchRequest)(nil),          // 53: lockcluster.v1.TouchRequest
 	(*TouchResponse)(nil),         // 54: lockcluster.v1.TouchResponse
-	(*SaveSnapshotRequest)(nil),   // 55: lockcluster.v1.SaveSnapshotRequest
-	(*SnapshotHeader)(nil),        // 56: lockcluster.v1.SnapshotHeader
-	(*SnapshotChunk)(nil),         // 57: lockcluster.v1.SnapshotChunk
-	nil,                           // 58: lockcluster.v1.CallError.MetadataEntry
-	(*durationpb.Duration)(nil),   // 59: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 60: google.protobuf.Timestamp
+	(*MoveSlotsRequest)(nil),      // 55: lockcluster.v1.MoveSlotsRequest
+	(*MoveSlotsResponse)(nil),     // 56: lockcluster.v1.MoveSlotsResponse
+	(*PlacementRequest)(nil),      // 57: lockcluster.v1.PlacementRequest
+	(*PlacementResponse)(nil),     // 58: lockcluster.v1.PlacementResponse
+	(*SaveSnapshotRequest)(nil),   // 59: lockcluster.v1.SaveSnapshotRequest
+	(*SnapshotHeader)(nil),        // 60: lockcluster.v1.SnapshotHeader
+	(*SnapshotChunk)(nil),         // 61: lockcluster.v1.SnapshotChunk
+	nil,                           // 62: lockcluster.v1.CallError.MetadataEntry
+	(*durationpb.Duration)(nil),   // 63: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 64: google.protobuf.Timestamp
 }
 var file_lockcluster_proto_depIdxs = []int32{
-	59, // 0: lockcluster.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
-	59, // 1: lockcluster.v1.OpenSessionResponse.ttl:type_name -> google.protobuf.Duration
+	63, // 0: lockcluster.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
+	63, // 1: lockcluster.v1.OpenSessionResponse.ttl:type_name -> google.protobuf.Duration
 	14, // 2: lockcluster.v1.SessionUp.attach:type_name -> lockcluster.v1.Attach
 	15, // 3: lockcluster.v1.SessionUp.heartbeat:type_name -> lockcluster.v1.Heartbeat
 	11, // 4: lockcluster.v1.SessionUp.call:type_name -> lockcluster.v1.StreamCall
@@ -5237,25 +5541,25 @@ var file_lockcluster_proto_depIdxs = []int32{
 	13, // 12: lockcluster.v1.CallReply.error:type_name -> lockcluster.v1.CallError
 	32, // 13: lockcluster.v1.CallReply.set_record:type_name -> lockcluster.v1.SetRecordResponse
 	3,  // 14: lockcluster.v1.CallError.reason:type_name -> lockcluster.v1.ErrorReason
-	58, // 15: lockcluster.v1.CallError.metadata:type_name -> lockcluster.v1.CallError.MetadataEntry
+	62, // 15: lockcluster.v1.CallError.metadata:type_name -> lockcluster.v1.CallError.MetadataEntry
 	17, // 16: lockcluster.v1.SessionDown.synced:type_name -> lockcluster.v1.Synced
 	20, // 17: lockcluster.v1.SessionDown.event:type_name -> lockcluster.v1.Event
 	19, // 18: lockcluster.v1.SessionDown.heartbeat_ack:type_name -> lockcluster.v1.HeartbeatAck
 	12, // 19: lockcluster.v1.SessionDown.reply:type_name -> lockcluster.v1.CallReply
 	18, // 20: lockcluster.v1.Synced.requests:type_name -> lockcluster.v1.RequestState
-	59, // 21: lockcluster.v1.Synced.ttl:type_name -> google.protobuf.Duration
+	63, // 21: lockcluster.v1.Synced.ttl:type_name -> google.protobuf.Duration
 	0,  // 22: lockcluster.v1.RequestState.mode:type_name -> lockcluster.v1.Mode
 	1,  // 23: lockcluster.v1.RequestState.status:type_name -> lockcluster.v1.Status
-	60, // 24: lockcluster.v1.RequestState.acquired_at:type_name -> google.protobuf.Timestamp
+	64, // 24: lockcluster.v1.RequestState.acquired_at:type_name -> google.protobuf.Timestamp
 	2,  // 25: lockcluster.v1.RequestState.cause:type_name -> lockcluster.v1.Cause
 	4,  // 26: lockcluster.v1.Event.kind:type_name -> lockcluster.v1.Event.Kind
 	0,  // 27: lockcluster.v1.Event.mode:type_name -> lockcluster.v1.Mode
-	60, // 28: lockcluster.v1.Event.acquired_at:type_name -> google.protobuf.Timestamp
+	64, // 28: lockcluster.v1.Event.acquired_at:type_name -> google.protobuf.Timestamp
 	2,  // 29: lockcluster.v1.Event.cause:type_name -> lockcluster.v1.Cause
 	30, // 30: lockcluster.v1.Event.records:type_name -> lockcluster.v1.Record
 	0,  // 31: lockcluster.v1.LockRequest.mode:type_name -> lockcluster.v1.Mode
 	1,  // 32: lockcluster.v1.LockResponse.status:type_name -> lockcluster.v1.Status
-	60, // 33: lockcluster.v1.LockResponse.acquired_at:type_name -> google.protobuf.Timestamp
+	64, // 33: lockcluster.v1.LockResponse.acquired_at:type_name -> google.protobuf.Timestamp
 	2,  // 34: lockcluster.v1.LockResponse.cause:type_name -> lockcluster.v1.Cause
 	30, // 35: lockcluster.v1.LockResponse.records:type_name -> lockcluster.v1.Record
 	1,  // 36: lockcluster.v1.ReleaseResponse.status:type_name -> lockcluster.v1.Status
@@ -5265,9 +5569,9 @@ var file_lockcluster_proto_depIdxs = []int32{
 	29, // 40: lockcluster.v1.QueryResponse.pending:type_name -> lockcluster.v1.LockInfo
 	30, // 41: lockcluster.v1.QueryResponse.records:type_name -> lockcluster.v1.Record
 	0,  // 42: lockcluster.v1.LockInfo.mode:type_name -> lockcluster.v1.Mode
-	60, // 43: lockcluster.v1.LockInfo.acquired_at:type_name -> google.protobuf.Timestamp
-	60, // 44: lockcluster.v1.LockInfo.requested_at:type_name -> google.protobuf.Timestamp
-	60, // 45: lockcluster.v1.Record.written_at:type_name -> google.protobuf.Timestamp
+	64, // 43: lockcluster.v1.LockInfo.acquired_at:type_name -> google.protobuf.Timestamp
+	64, // 44: lockcluster.v1.LockInfo.requested_at:type_name -> google.protobuf.Timestamp
+	64, // 45: lockcluster.v1.Record.written_at:type_name -> google.protobuf.Timestamp
 	30, // 46: lockcluster.v1.SetRecordResponse.record:type_name -> lockcluster.v1.Record
 	1,  // 47: lockcluster.v1.SetRecordResponse.status:type_name -> lockcluster.v1.Status
 	30, // 48: lockcluster.v1.GetRecordResponse.record:type_name -> lockcluster.v1.Record
@@ -5277,17 +5581,17 @@ var file_lockcluster_proto_depIdxs = []int32{
 	29, // 52: lockcluster.v1.WatchSnapshot.held:type_name -> lockcluster.v1.LockInfo
 	29, // 53: lockcluster.v1.WatchSnapshot.pending:type_name -> lockcluster.v1.LockInfo
 	30, // 54: lockcluster.v1.WatchSnapshot.records:type_name -> lockcluster.v1.Record
-	60, // 55: lockcluster.v1.WatchChanges.time:type_name -> google.protobuf.Timestamp
+	64, // 55: lockcluster.v1.WatchChanges.time:type_name -> google.protobuf.Timestamp
 	40, // 56: lockcluster.v1.WatchChanges.changes:type_name -> lockcluster.v1.Change
 	5,  // 57: lockcluster.v1.Change.kind:type_name -> lockcluster.v1.Change.Kind
 	0,  // 58: lockcluster.v1.Change.mode:type_name -> lockcluster.v1.Mode
 	2,  // 59: lockcluster.v1.Change.cause:type_name -> lockcluster.v1.Cause
 	30, // 60: lockcluster.v1.Change.record:type_name -> lockcluster.v1.Record
 	43, // 61: lockcluster.v1.StatusResponse.groups:type_name -> lockcluster.v1.GroupStatus
-	59, // 62: lockcluster.v1.Member.since_contact:type_name -> google.protobuf.Duration
+	63, // 62: lockcluster.v1.Member.since_contact:type_name -> google.protobuf.Duration
 	45, // 63: lockcluster.v1.MembersResponse.members:type_name -> lockcluster.v1.Member
 	45, // 64: lockcluster.v1.SnapshotHeader.members:type_name -> lockcluster.v1.Member
-	56, // 65: lockcluster.v1.SnapshotChunk.header:type_name -> lockcluster.v1.SnapshotHeader
+	60, // 65: lockcluster.v1.SnapshotChunk.header:type_name -> lockcluster.v1.SnapshotHeader
 	6,  // 66: lockcluster.v1.Locks.OpenSession:input_type -> lockcluster.v1.OpenSessionRequest
 	8,  // 67: lockcluster.v1.Locks.CloseSession:input_type -> lockcluster.v1.CloseSessionRequest
 	10, // 68: lockcluster.v1.Locks.Session:input_type -> lockcluster.v1.SessionUp
@@ -5305,27 +5609,31 @@ var file_lockcluster_proto_depIdxs = []int32{
 	49, // 80: lockcluster.v1.Cluster.Leave:input_type -> lockcluster.v1.LeaveRequest
 	51, // 81: lockcluster.v1.Cluster.Promote:input_type -> lockcluster.v1.PromoteRequest
 	53, // 82: lockcluster.v1.Cluster.Touch:input_type -> lockcluster.v1.TouchRequest
-	55, // 83: lockcluster.v1.Cluster.SaveSnapshot:input_type -> lockcluster.v1.SaveSnapshotRequest
-	7,  // 84: lockcluster.v1.Locks.OpenSession:output_type -> lockcluster.v1.OpenSessionResponse
-	9,  // 85: lockcluster.v1.Locks.CloseSession:output_type -> lockcluster.v1.CloseSessionResponse
-	16, // 86: lockcluster.v1.Locks.Session:output_type -> lockcluster.v1.SessionDown
-	22, // 87: lockcluster.v1.Locks.Request:output_type -> lockcluster.v1.LockResponse
-	24, // 88: lockcluster.v1.Locks.Release:output_type -> lockcluster.v1.ReleaseResponse
-	26, // 89: lockcluster.v1.Locks.Abort:output_type -> lockcluster.v1.AbortResponse
-	28, // 90: lockcluster.v1.Locks.Query:output_type -> lockcluster.v1.QueryResponse
-	28, // 91: lockcluster.v1.Locks.QueryPages:output_type -> lockcluster.v1.QueryResponse
-	32, // 92: lockcluster.v1.Locks.SetRecord:output_type -> lockcluster.v1.SetRecordResponse
-	34, // 93: lockcluster.v1.Locks.GetRecord:output_type -> lockcluster.v1.GetRecordResponse
-	36, // 94: lockcluster.v1.Locks.Watch:output_type -> lockcluster.v1.WatchResponse
-	42, // 95: lockcluster.v1.Cluster.Status:output_type -> lockcluster.v1.StatusResponse
-	46, // 96: lockcluster.v1.Cluster.Members:output_type -> lockcluster.v1.MembersResponse
-	48, // 97: lockcluster.v1.Cluster.Join:output_type -> lockcluster.v1.JoinResponse
-	50, // 98: lockcluster.v1.Cluster.Leave:output_type -> lockcluster.v1.LeaveResponse
-	52, // 99: lockcluster.v1.Cluster.Promote:output_type -> lockcluster.v1.PromoteResponse
-	54, // 100: lockcluster.v1.Cluster.Touch:output_type -> lockcluster.v1.TouchResponse
-	57, // 101: lockcluster.v1.Cluster.SaveSnapshot:output_type -> lockcluster.v1.SnapshotChunk
-	84, // [84:102] is the sub-list for method output_type
-	66, // [66:84] is the sub-list for method input_type
+	59, // 83: lockcluster.v1.Cluster.SaveSnapshot:input_type -> lockcluster.v1.SaveSnapshotRequest
+	55, // 84: lockcluster.v1.Cluster.MoveSlots:input_type -> lockcluster.v1.MoveSlotsRequest
+	57, // 85: lockcluster.v1.Cluster.Placement:input_type -> lockcluster.v1.PlacementRequest
+	7,  // 86: lockcluster.v1.Locks.OpenSession:output_type -> lockcluster.v1.OpenSessionResponse
+	9,  // 87: lockcluster.v1.Locks.CloseSession:output_type -> lockcluster.v1.CloseSessionResponse
+	16, // 88: lockcluster.v1.Locks.Session:output_type -> lockcluster.v1.SessionDown
+	22, // 89: lockcluster.v1.Locks.Request:output_type -> lockcluster.v1.LockResponse
+	24, // 90: lockcluster.v1.Locks.Release:output_type -> lockcluster.v1.ReleaseResponse
+	26, // 91: lockcluster.v1.Locks.Abort:output_type -> lockcluster.v1.AbortResponse
+	28, // 92: lockcluster.v1.Locks.Query:output_type -> lockcluster.v1.QueryResponse
+	28, // 93: lockcluster.v1.Locks.QueryPages:output_type -> lockcluster.v1.QueryResponse
+	32, // 94: lockcluster.v1.Locks.SetRecord:output_type -> lockcluster.v1.SetRecordResponse
+	34, // 95: lockcluster.v1.Locks.GetRecord:output_type -> lockcluster.v1.GetRecordResponse
+	36, // 96: lockcluster.v1.Locks.Watch:output_type -> lockcluster.v1.WatchResponse
+	42, // 97: lockcluster.v1.Cluster.Status:output_type -> lockcluster.v1.StatusResponse
+	46, // 98: lockcluster.v1.Cluster.Members:output_type -> lockcluster.v1.MembersResponse
+	48, // 99: lockcluster.v1.Cluster.Join:output_type -> lockcluster.v1.JoinResponse
+	50, // 100: lockcluster.v1.Cluster.Leave:output_type -> lockcluster.v1.LeaveResponse
+	52, // 101: lockcluster.v1.Cluster.Promote:output_type -> lockcluster.v1.PromoteResponse
+	54, // 102: lockcluster.v1.Cluster.Touch:output_type -> lockcluster.v1.TouchResponse
+	61, // 103: lockcluster.v1.Cluster.SaveSnapshot:output_type -> lockcluster.v1.SnapshotChunk
+	56, // 104: lockcluster.v1.Cluster.MoveSlots:output_type -> lockcluster.v1.MoveSlotsResponse
+	58, // 105: lockcluster.v1.Cluster.Placement:output_type -> lockcluster.v1.PlacementResponse
+	86, // [86:106] is the sub-list for method output_type
+	66, // [66:86] is the sub-list for method input_type
 	66, // [66:66] is the sub-list for extension type_name
 	66, // [66:66] is the sub-list for extension extendee
 	0,  // [0:66] is the sub-list for field type_name
@@ -5371,7 +5679,7 @@ func file_lockcluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lockcluster_proto_rawDesc), len(file_lockcluster_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   53,
+			NumMessages:   57,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

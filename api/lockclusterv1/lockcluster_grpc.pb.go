@@ -615,6 +615,8 @@ const (
 	Cluster_Promote_FullMethodName      = "/lockcluster.v1.Cluster/Promote"
 	Cluster_Touch_FullMethodName        = "/lockcluster.v1.Cluster/Touch"
 	Cluster_SaveSnapshot_FullMethodName = "/lockcluster.v1.Cluster/SaveSnapshot"
+	Cluster_MoveSlots_FullMethodName    = "/lockcluster.v1.Cluster/MoveSlots"
+	Cluster_Placement_FullMethodName    = "/lockcluster.v1.Cluster/Placement"
 )
 
 // ClusterClient is the client API for Cluster service.
@@ -647,6 +649,18 @@ type ClusterClient interface {
 	// checksum), then the bytes in chunks. Called on a follower, the stream
 	// is relayed from the leader. Needs an admin credential when auth is on.
 	SaveSnapshot(ctx context.Context, in *SaveSnapshotRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SnapshotChunk], error)
+	// MoveSlots moves slots (of the 4,096 the namespaces hash to) to
+	// another Raft group of a cluster of several (serve --groups): their
+	// namespaces' sessions, locks, queues and records move with them, and
+	// their callers wait (calls are parked, not refused) while they do.
+	// Every slot must be served by the same group, other than to_group.
+	// It returns once the move has begun (the source group froze the
+	// slots); Placement tells when it is done. Needs an admin credential
+	// when auth is on. FailedPrecondition, NOT_SUPPORTED, on one group.
+	MoveSlots(ctx context.Context, in *MoveSlotsRequest, opts ...grpc.CallOption) (*MoveSlotsResponse, error)
+	// Placement says which group serves a namespace (or a slot), and
+	// whether it is moving, as the node asked sees it.
+	Placement(ctx context.Context, in *PlacementRequest, opts ...grpc.CallOption) (*PlacementResponse, error)
 }
 
 type clusterClient struct {
@@ -736,6 +750,26 @@ func (c *clusterClient) SaveSnapshot(ctx context.Context, in *SaveSnapshotReques
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Cluster_SaveSnapshotClient = grpc.ServerStreamingClient[SnapshotChunk]
 
+func (c *clusterClient) MoveSlots(ctx context.Context, in *MoveSlotsRequest, opts ...grpc.CallOption) (*MoveSlotsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(MoveSlotsResponse)
+	err := c.cc.Invoke(ctx, Cluster_MoveSlots_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *clusterClient) Placement(ctx context.Context, in *PlacementRequest, opts ...grpc.CallOption) (*PlacementResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PlacementResponse)
+	err := c.cc.Invoke(ctx, Cluster_Placement_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ClusterServer is the server API for Cluster service.
 // All implementations must embed UnimplementedClusterServer
 // for forward compatibility.
@@ -766,6 +800,18 @@ type ClusterServer interface {
 	// checksum), then the bytes in chunks. Called on a follower, the stream
 	// is relayed from the leader. Needs an admin credential when auth is on.
 	SaveSnapshot(*SaveSnapshotRequest, grpc.ServerStreamingServer[SnapshotChunk]) error
+	// MoveSlots moves slots (of the 4,096 the namespaces hash to) to
+	// another Raft group of a cluster of several (serve --groups): their
+	// namespaces' sessions, locks, queues and records move with them, and
+	// their callers wait (calls are parked, not refused) while they do.
+	// Every slot must be served by the same group, other than to_group.
+	// It returns once the move has begun (the source group froze the
+	// slots); Placement tells when it is done. Needs an admin credential
+	// when auth is on. FailedPrecondition, NOT_SUPPORTED, on one group.
+	MoveSlots(context.Context, *MoveSlotsRequest) (*MoveSlotsResponse, error)
+	// Placement says which group serves a namespace (or a slot), and
+	// whether it is moving, as the node asked sees it.
+	Placement(context.Context, *PlacementRequest) (*PlacementResponse, error)
 	mustEmbedUnimplementedClusterServer()
 }
 
@@ -796,6 +842,12 @@ func (UnimplementedClusterServer) Touch(context.Context, *TouchRequest) (*TouchR
 }
 func (UnimplementedClusterServer) SaveSnapshot(*SaveSnapshotRequest, grpc.ServerStreamingServer[SnapshotChunk]) error {
 	return status.Error(codes.Unimplemented, "method SaveSnapshot not implemented")
+}
+func (UnimplementedClusterServer) MoveSlots(context.Context, *MoveSlotsRequest) (*MoveSlotsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method MoveSlots not implemented")
+}
+func (UnimplementedClusterServer) Placement(context.Context, *PlacementRequest) (*PlacementResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Placement not implemented")
 }
 func (UnimplementedClusterServer) mustEmbedUnimplementedClusterServer() {}
 func (UnimplementedClusterServer) testEmbeddedByValue()                 {}
@@ -937,6 +989,42 @@ func _Cluster_SaveSnapshot_Handler(srv interface{}, stream grpc.ServerStream) er
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Cluster_SaveSnapshotServer = grpc.ServerStreamingServer[SnapshotChunk]
 
+func _Cluster_MoveSlots_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(MoveSlotsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClusterServer).MoveSlots(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Cluster_MoveSlots_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClusterServer).MoveSlots(ctx, req.(*MoveSlotsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Cluster_Placement_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PlacementRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClusterServer).Placement(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Cluster_Placement_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClusterServer).Placement(ctx, req.(*PlacementRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Cluster_ServiceDesc is the grpc.ServiceDesc for Cluster service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -967,6 +1055,14 @@ var Cluster_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Touch",
 			Handler:    _Cluster_Touch_Handler,
+		},
+		{
+			MethodName: "MoveSlots",
+			Handler:    _Cluster_MoveSlots_Handler,
+		},
+		{
+			MethodName: "Placement",
+			Handler:    _Cluster_Placement_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
