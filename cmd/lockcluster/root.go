@@ -85,7 +85,7 @@ first found: the flags, the client config file (--config), the environment
 		return &exitError{code: exitUsage, msg: err.Error() + "\n(see '" + c.CommandPath() + " --help')"}
 	})
 	root.AddCommand(newServe(), newDev(), newLock(g), newQuery(g), newMembers(g), newStatus(g), newJoin(g), newLeave(g), newHealth(g), newTLS(), newBench(g), newVersion(g), newElect(g), newObserve(g), newReap(), newSnapshot(g), newRecover(g))
-	root.AddCommand(newPromote(g), newRecord(g))
+	root.AddCommand(newPromote(g), newRecord(g), newSlots(g), newPlacement(g))
 	root.AddCommand(newMan()) // man.go: the man pages scripts/release ships
 	return root
 }

@@ -134,7 +134,7 @@ func (n *Node) runGroups(ctx context.Context) {
 		go func() { defer n.wg.Done(); gr.srv.Run(ctx, gr.raft) }()
 	}
 	n.wg.Add(1)
-	go func() { defer n.wg.Done(); n.spread(ctx) }()
+	go func() { defer n.wg.Done(); n.runMover(ctx) }()
 }
 
 // shutdownGroups stops the raft members of groups g ≥ 1.

@@ -105,6 +105,11 @@ type Config struct {
 	// cluster of several groups is bootstrapped with the same number
 	// (groups.go).
 	Groups int
+	// MoveHook, when set, runs before the mover proposes a step of a move
+	// ("import" in the target, "drop" or "unfreeze" in the source), on
+	// the mover's goroutine: tests hold a move at a step with it, to stop
+	// a leader there (mover.go).
+	MoveHook func(step string, from, to uint16)
 }
 
 // Node is a running member.
@@ -149,7 +154,8 @@ type Node struct {
 	groups     []*group
 	mux        *raftmux.Mux
 	spreadDone atomic.Bool
-	groupState *groupState // what the metrics read (groupstate.go)
+	moverKick  chan struct{} // wakes the mover (mover.go)
+	groupState *groupState   // what the metrics read (groupstate.go)
 }
 
 // Start starts a node and returns once it serves (it may not have a leader
@@ -170,7 +176,7 @@ func Start(cfg Config) (*Node, error) {
 	if err := checkGroupCount(cfg); err != nil { // groups.go
 		return nil, err
 	}
-	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.ID), removed: make(chan struct{})}
+	n := &Node{moverKick: make(chan struct{}, 1), cfg: cfg, log: cfg.Logger.With("node", cfg.ID), removed: make(chan struct{})}
 	if err := n.secure(); err != nil {
 		return nil, err
 	}
@@ -292,7 +298,7 @@ func (n *Node) start() error {
 	if n.groups == nil {
 		n.srv.Register(n.grpc)
 	} else {
-		rt := &router{groups: n.groups}
+		rt := &router{groups: n.groups, routes: newRoutes(n.groups), node: n}
 		pb.RegisterLocksServer(n.grpc, rt)
 		pb.RegisterClusterServer(n.grpc, rt)
 	}

@@ -2,12 +2,14 @@ package node
 
 import (
 	"context"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/lockcluster/lockcluster/api/lockclusterv1"
+	"github.com/lockcluster/lockcluster/fsm"
 	"github.com/lockcluster/lockcluster/internal/rpcerr"
 	"github.com/lockcluster/lockcluster/internal/server"
 )
@@ -28,15 +30,51 @@ type router struct {
 	pb.UnimplementedLocksServer
 	pb.UnimplementedClusterServer
 	groups []*group
+	routes *routes
+	node   *Node
 }
 
-// group is the group that serves namespace ns.
-func (r *router) group(ns string) *group { return r.groups[SpreadGroup(ns, len(r.groups))] }
+// routed runs call on the group that serves namespace ns (routes.go),
+// under the group's fence. A group that refuses the namespace's slot
+// (MOVING, MOVED: nothing was applied) is not the caller's problem while
+// the slot moves: the call is parked until this node's replicas show
+// the slot's new owner, and runs there (groups.md §11), for at most
+// parkFor; then the refusal goes back, which clients retry.
+func routed[T any](ctx context.Context, r *router, ns string, call func(*group) (T, error)) (T, error) {
+	slot := fsm.Slot(ns)
+	g := r.routes.cached(slot)
+	var deadline time.Time
+	for {
+		if err := server.FenceError(g.raft.Unfit); err != nil {
+			var zero T
+			return zero, err
+		}
+		out, err := call(g)
+		if err == nil || !rpcerr.IsSlotRefusal(err) {
+			return out, err
+		}
+		if deadline.IsZero() {
+			deadline = time.Now().Add(parkFor)
+		}
+		next := r.routes.park(ctx, slot, g, deadline)
+		if next == nil {
+			return out, err
+		}
+		g = next
+	}
+}
 
-// of returns the group that serves namespace ns, or the group's fence.
-func (r *router) of(ns string) (*group, error) {
-	g := r.group(ns)
-	return g, server.FenceError(g.raft.Unfit)
+// streamGroup is the group a stream of namespace ns starts on: the
+// settled owner of its slot, waited for (park) while the slot moves.
+func (r *router) streamGroup(ctx context.Context, ns string) *group {
+	slot := fsm.Slot(ns)
+	if g, ok := r.routes.resolve(slot); ok {
+		return g
+	}
+	if g := r.routes.park(ctx, slot, nil, time.Now().Add(parkFor)); g != nil {
+		return g
+	}
+	return r.routes.cached(slot)
 }
 
 func (r *router) zero() (*group, error) {
@@ -52,67 +90,35 @@ func unsupported(what string) error {
 }
 
 func (r *router) OpenSession(ctx context.Context, req *pb.OpenSessionRequest) (*pb.OpenSessionResponse, error) {
-	g, err := r.of(req.GetNamespace())
-	if err != nil {
-		return nil, err
-	}
-	return g.srv.OpenSession(ctx, req)
+	return routed(ctx, r, req.GetNamespace(), func(g *group) (*pb.OpenSessionResponse, error) { return g.srv.OpenSession(ctx, req) })
 }
 
 func (r *router) CloseSession(ctx context.Context, req *pb.CloseSessionRequest) (*pb.CloseSessionResponse, error) {
-	g, err := r.of(req.GetNamespace())
-	if err != nil {
-		return nil, err
-	}
-	return g.srv.CloseSession(ctx, req)
+	return routed(ctx, r, req.GetNamespace(), func(g *group) (*pb.CloseSessionResponse, error) { return g.srv.CloseSession(ctx, req) })
 }
 
 func (r *router) Request(ctx context.Context, req *pb.LockRequest) (*pb.LockResponse, error) {
-	g, err := r.of(req.GetNamespace())
-	if err != nil {
-		return nil, err
-	}
-	return g.srv.Request(ctx, req)
+	return routed(ctx, r, req.GetNamespace(), func(g *group) (*pb.LockResponse, error) { return g.srv.Request(ctx, req) })
 }
 
 func (r *router) Release(ctx context.Context, req *pb.ReleaseRequest) (*pb.ReleaseResponse, error) {
-	g, err := r.of(req.GetNamespace())
-	if err != nil {
-		return nil, err
-	}
-	return g.srv.Release(ctx, req)
+	return routed(ctx, r, req.GetNamespace(), func(g *group) (*pb.ReleaseResponse, error) { return g.srv.Release(ctx, req) })
 }
 
 func (r *router) Abort(ctx context.Context, req *pb.AbortRequest) (*pb.AbortResponse, error) {
-	g, err := r.of(req.GetNamespace())
-	if err != nil {
-		return nil, err
-	}
-	return g.srv.Abort(ctx, req)
+	return routed(ctx, r, req.GetNamespace(), func(g *group) (*pb.AbortResponse, error) { return g.srv.Abort(ctx, req) })
 }
 
 func (r *router) Query(ctx context.Context, req *pb.QueryRequest) (*pb.QueryResponse, error) {
-	g, err := r.of(req.GetNamespace())
-	if err != nil {
-		return nil, err
-	}
-	return g.srv.Query(ctx, req)
+	return routed(ctx, r, req.GetNamespace(), func(g *group) (*pb.QueryResponse, error) { return g.srv.Query(ctx, req) })
 }
 
 func (r *router) SetRecord(ctx context.Context, req *pb.SetRecordRequest) (*pb.SetRecordResponse, error) {
-	g, err := r.of(req.GetNamespace())
-	if err != nil {
-		return nil, err
-	}
-	return g.srv.SetRecord(ctx, req)
+	return routed(ctx, r, req.GetNamespace(), func(g *group) (*pb.SetRecordResponse, error) { return g.srv.SetRecord(ctx, req) })
 }
 
 func (r *router) GetRecord(ctx context.Context, req *pb.GetRecordRequest) (*pb.GetRecordResponse, error) {
-	g, err := r.of(req.GetNamespace())
-	if err != nil {
-		return nil, err
-	}
-	return g.srv.GetRecord(ctx, req)
+	return routed(ctx, r, req.GetNamespace(), func(g *group) (*pb.GetRecordResponse, error) { return g.srv.GetRecord(ctx, req) })
 }
 
 // fenceStream runs handler under group g's stream fence: refused while g
@@ -123,14 +129,14 @@ func fenceStream(g *group, ss grpc.ServerStream, method string, handler func(grp
 }
 
 func (r *router) QueryPages(req *pb.QueryRequest, stream grpc.ServerStreamingServer[pb.QueryResponse]) error {
-	g := r.group(req.GetNamespace())
+	g := r.streamGroup(stream.Context(), req.GetNamespace())
 	return fenceStream(g, stream, pb.Locks_QueryPages_FullMethodName, func(s grpc.ServerStream) error {
 		return g.srv.QueryPages(req, &grpc.GenericServerStream[pb.QueryRequest, pb.QueryResponse]{ServerStream: s})
 	})
 }
 
 func (r *router) Watch(req *pb.WatchRequest, stream grpc.ServerStreamingServer[pb.WatchResponse]) error {
-	g := r.group(req.GetNamespace())
+	g := r.streamGroup(stream.Context(), req.GetNamespace())
 	return fenceStream(g, stream, pb.Locks_Watch_FullMethodName, func(s grpc.ServerStream) error {
 		return g.srv.Watch(req, &grpc.GenericServerStream[pb.WatchRequest, pb.WatchResponse]{ServerStream: s})
 	})
@@ -144,7 +150,7 @@ func (r *router) Session(stream pb.Locks_SessionServer) error {
 	if err != nil {
 		return err
 	}
-	g := r.group(first.GetAttach().GetNamespace())
+	g := r.streamGroup(stream.Context(), first.GetAttach().GetNamespace())
 	return fenceStream(g, stream, pb.Locks_Session_FullMethodName, func(s grpc.ServerStream) error {
 		return g.srv.Session(&replayedStream{ServerStream: s, first: first})
 	})
@@ -170,22 +176,28 @@ func (s *replayedStream) Recv() (*pb.SessionUp, error) {
 
 func (s *replayedStream) Send(m *pb.SessionDown) error { return s.SendMsg(m) }
 
-// Touch splits the renewals by the group of each session id (a follower's
-// server sends its own group's only; a caller may mix them) and answers
-// the union of the groups' unknown sessions.
+// Touch splits the renewals by the group that holds each session (a
+// follower's server sends its own group's only; a caller may mix them)
+// and answers the union of the groups' unknown and moved sessions. A
+// session starts in the group of its id's top 16 bits and moves with its
+// namespace's slot (groups.md §8.2): sessionGroup finds it.
 func (r *router) Touch(ctx context.Context, req *pb.TouchRequest) (*pb.TouchResponse, error) {
-	byGroup := map[uint16][]uint64{}
+	byGroup := map[*group][]uint64{}
+	var order []*group
 	for _, id := range req.GetSessionIds() {
-		g := uint16(id >> 48)
+		g := r.sessionGroup(id)
+		if _, ok := byGroup[g]; !ok {
+			order = append(order, g)
+		}
 		byGroup[g] = append(byGroup[g], id)
 	}
 	out := &pb.TouchResponse{}
-	for gid, ids := range byGroup {
-		if int(gid) >= len(r.groups) {
+	for _, g := range order {
+		ids := byGroup[g]
+		if g == nil {
 			out.Unknown = append(out.Unknown, ids...) // no such group: no such session
 			continue
 		}
-		g := r.groups[gid]
 		if err := server.FenceError(g.raft.Unfit); err != nil {
 			return nil, err
 		}
@@ -198,8 +210,42 @@ func (r *router) Touch(ctx context.Context, req *pb.TouchRequest) (*pb.TouchResp
 			return nil, err
 		}
 		out.Unknown = append(out.Unknown, resp.GetUnknown()...)
+		out.Moved = append(out.Moved, resp.GetMoved()...)
 	}
 	return out, nil
+}
+
+// sessionGroup is the group that holds session id as this node's
+// replicas show it: the group that created it (the id's top 16 bits)
+// while that group has it and serves its slot, else a group whose replica
+// has it and serves it, else one that has it (frozen: it answers moved),
+// else the creating group (it answers unknown); nil for an id of no
+// group.
+func (r *router) sessionGroup(id uint64) *group {
+	home := int(id >> 48)
+	if home >= len(r.groups) {
+		return nil
+	}
+	if has, serves := r.groups[home].machine.HoldsSession(id); has && serves {
+		return r.groups[home]
+	}
+	var holder *group
+	for _, g := range r.groups {
+		has, serves := g.machine.HoldsSession(id)
+		if !has {
+			continue
+		}
+		if serves {
+			return g
+		}
+		if holder == nil {
+			holder = g
+		}
+	}
+	if holder != nil {
+		return holder
+	}
+	return r.groups[home]
 }
 
 // Status is group 0's, with every group's replica listed and the counts

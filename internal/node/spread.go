@@ -22,6 +22,8 @@ import (
 //  4. group 0, once this node's replica of group g applied the Import:
 //     Drop.
 //
+// Steps 3 and 4 are any move's, which the mover drives (mover.go).
+//
 // Every step is idempotent (a repeat is a no-op), so several nodes, a new
 // leader or a restart may repeat any of them. Group g's slots are
 // spreadSlots(g): G contiguous ranges of the 4,096 slots. A call that
@@ -52,44 +54,37 @@ func spreadSlots(g, groups int) []uint16 {
 // group 0 at epoch 0.
 const spreadEpoch = 1
 
-// spreadPoll is how often the spread looks at its replicas again.
-const spreadPoll = 20 * time.Millisecond
-
-// spread drives the spread until this node's replicas show it done.
-func (n *Node) spread(ctx context.Context) {
+// spreadStep proposes the spread's first two steps of every group where
+// this node leads the group that takes them (the mover does the rest:
+// mover.go), records the spread done once this node's replicas show it,
+// and reports whether they do.
+func (n *Node) spreadStep(ctx context.Context) bool {
 	if len(n.groups) < 2 {
-		return
+		n.spreadDone.Store(true)
+		return true
 	}
-	tick := time.NewTicker(spreadPoll)
-	defer tick.Stop()
-	for {
-		done := true
-		for g := 1; g < len(n.groups); g++ {
-			if !n.spreadStep(ctx, g) {
-				done = false
-			}
-		}
-		if done {
-			n.spreadDone.Store(true)
-			n.log.Info("every group serves its slots", "groups", len(n.groups))
-			return
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
+	done := true
+	for g := 1; g < len(n.groups); g++ {
+		if !n.spreadGroupStep(ctx, g) {
+			done = false
 		}
 	}
+	if done {
+		n.spreadDone.Store(true)
+		n.log.Info("every group serves its slots", "groups", len(n.groups))
+	}
+	return done
 }
 
-// spreadStep proposes group g's next step where this node leads the group
-// that takes it, and reports whether this node's replicas show g's part
-// of the spread done.
-func (n *Node) spreadStep(ctx context.Context, g int) bool {
+// spreadGroupStep proposes group g's next step of the spread where this
+// node leads the group that takes it, and reports whether this node's
+// replicas show g's part done: g's slots left group 0 (Drop applied there,
+// or a later move since).
+func (n *Node) spreadGroupStep(ctx context.Context, g int) bool {
 	z, gr := n.groups[0], n.groups[g]
 	slots := spreadSlots(g, len(n.groups))
-	v0, vg := z.machine.Slot(slots[0]), gr.machine.Slot(slots[0])
-	if v0.Gone && vg.Owned {
+	v0 := z.machine.Slot(slots[0])
+	if gr.machine.GroupSet() && v0.Epoch >= spreadEpoch && !v0.Frozen {
 		return true
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -101,17 +96,9 @@ func (n *Node) spreadStep(ctx context.Context, g int) bool {
 		if gr.raft.IsLeader() {
 			r, err = gr.srv.ProposeMove(ctx, &fsm.SetGroup{Group: gr.id})
 		}
-	case v0.Owned:
+	case v0.Owned && v0.Epoch == 0:
 		if z.raft.IsLeader() {
 			r, err = z.srv.ProposeMove(ctx, &fsm.Freeze{Slots: slots, Epoch: spreadEpoch, To: gr.id})
-		}
-	case v0.Frozen && !vg.Owned:
-		if gr.raft.IsLeader() {
-			r, err = n.spreadImport(ctx, gr, slots)
-		}
-	case v0.Frozen && vg.Owned:
-		if z.raft.IsLeader() {
-			r, err = z.srv.ProposeMove(ctx, &fsm.Drop{Slots: slots, Epoch: spreadEpoch})
 		}
 	}
 	if err == nil && r.Err != nil {
@@ -121,19 +108,4 @@ func (n *Node) spreadStep(ctx context.Context, g int) bool {
 		n.log.Warn("spreading the slots: a step failed; retrying", "group", g, "error", err)
 	}
 	return false
-}
-
-// spreadImport proposes the export of group g's slots, taken from this
-// node's replica of group 0 (which applied their Freeze), into group g.
-func (n *Node) spreadImport(ctx context.Context, gr *group, slots []uint16) (fsm.Result, error) {
-	x, err := n.groups[0].machine.Export(slots, spreadEpoch)
-	if err != nil {
-		return fsm.Result{}, err
-	}
-	for _, c := range x.ImportChunks() {
-		if r, err := gr.srv.ProposeMove(ctx, c); err != nil || r.Err != nil {
-			return r, err
-		}
-	}
-	return gr.srv.ProposeMove(ctx, x.Import())
 }
