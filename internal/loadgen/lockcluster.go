@@ -22,7 +22,7 @@ type Lockcluster struct {
 	// namespace's sessions (bench --prefer-leader with several groups:
 	// the namespace's group leader first).
 	EndpointsFor map[string][]string
-	TTL        time.Duration // 0: the client's default (10s)
+	TTL          time.Duration // 0: the client's default (10s)
 	// Rotate spreads sessions over the endpoints: session i lists the
 	// endpoints starting at i mod len. Without it every client starts on
 	// the first endpoint, as clients given one LOCKCLUSTER_ADDR do.
