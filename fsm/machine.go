@@ -86,7 +86,7 @@ func (m *Machine) applyLocked(index uint64, e Entry) Applied {
 	}
 	m.st.lastIndex = index
 	a := &m.a
-	a.st, a.ns, a.index, a.time, a.out, a.own = m.st, nil, index, e.Time, nil, nil
+	a.st, a.ns, a.index, a.time, a.out, a.own, a.move = m.st, nil, index, e.Time, nil, nil, nil
 	a.logical = m.st.logical(index)
 	a.keep, a.changes, a.ownRecords = m.keepChanges || m.keepWatched && m.st.changesFrom != 0, nil, nil
 	if a.keep {
@@ -98,8 +98,9 @@ func (m *Machine) applyLocked(index uint64, e Entry) Applied {
 	if res.Err != nil {
 		changes = nil // a rejected entry changed nothing
 	}
-	a.out, a.ns, a.own, a.changes, a.ownRecords = nil, nil, nil, nil, nil
-	return Applied{Result: res, Events: out, Changes: changes, Kept: a.keep}
+	mv := a.move
+	a.out, a.ns, a.own, a.changes, a.ownRecords, a.move = nil, nil, nil, nil, nil, nil
+	return Applied{Result: res, Events: out, Changes: changes, Kept: a.keep, Move: mv}
 }
 
 // ApplyBytes decodes an entry and applies it. An error means the entry
