@@ -256,10 +256,22 @@ func (h *heartbeater) heartbeat(hb uint64) {
 // done sends heartbeat hb's answer. It runs on session liveness's
 // goroutine, so it never blocks: an ack that finds out full is dropped,
 // and the client sends again, as for any heartbeat not acknowledged.
+//
+// A renewal is acknowledged only if this group still serves the session's
+// slot once the answer is in (groups.md I3, §8.2 rule 1): on the leader
+// the answer comes after the confirmation of leadership that covers the
+// renewal, and a Freeze applied before it ends the stream MOVING instead
+// (the leader's Touch answers a follower's batch alike: ErrMoved).
 func (h *heartbeater) done(hb uint64, known bool, err error) {
 	ctx := h.ctx
 	var out *pb.SessionDown
 	switch {
+	case errors.Is(err, session.ErrMoved):
+		// The leader refused the session: its slot moves. Not "closed",
+		// which would end the client's session: MOVING, and the client
+		// re-attaches to the group that serves it.
+		h.fail(h.s.movingErr(h.ns, h.id))
+		return
 	case (errors.Is(err, session.ErrNotLeading) || err != nil && ctx.Err() == nil) && h.s.leaderlessFor() >= noLeaderGrace:
 		// Nobody here has been able to renew the session for longer
 		// than an election takes (this node is cut off): say so, so
@@ -274,6 +286,12 @@ func (h *heartbeater) done(hb uint64, known bool, err error) {
 	case err != nil, ctx.Err() != nil:
 		return // the stream has ended
 	case known:
+		if err := h.s.owns(h.ns, h.id); err != nil {
+			// The slot froze between the renewal and its confirmation:
+			// no ack (groups.md I3). Never with one group.
+			h.fail(toStatus(err))
+			return
+		}
 		out = &pb.SessionDown{Kind: &pb.SessionDown_HeartbeatAck{HeartbeatAck: &pb.HeartbeatAck{Id: hb}}}
 	}
 	select {

@@ -1,0 +1,174 @@
+package server
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/metadata"
+
+	pb "github.com/lockcluster/lockcluster/api/lockclusterv1"
+	"github.com/lockcluster/lockcluster/fsm"
+	"github.com/lockcluster/lockcluster/internal/auth"
+	"github.com/lockcluster/lockcluster/session"
+)
+
+// The server side of a move of slots between groups (groups.md I3, §8.2):
+// renewals refused by ownership before and after the confirmation of
+// leadership. The clusters are group 0 (fsm.New), which may freeze a slot
+// to group 1.
+
+// freeze proposes the Freeze of namespace ns's slot to group 1 at epoch 1
+// on the leader n1.
+func (fc *fakeCluster) freeze(t *testing.T, ns string) {
+	t.Helper()
+	res, err := fc.node("n1").srv.ProposeMove(testCtx(t), &fsm.Freeze{Slots: []uint16{fsm.Slot(ns)}, Epoch: 1, To: 1})
+	if err != nil || res.Err != nil || res.Duplicate {
+		t.Fatalf("Freeze of %s: %+v, %v", ns, res, err)
+	}
+}
+
+// streamErr waits, for at most bound, for the stream to end, skipping
+// what comes before (acks of earlier heartbeats), and returns its error
+// and when it came; it fails the test if the stream carries an ack of
+// heartbeat noAck (0: any ack is fine) or is still open after bound.
+func (f *fakeStream) streamErr(bound time.Duration, noAck uint64) (error, time.Duration) {
+	f.t.Helper()
+	start := time.Now()
+	type res struct {
+		m   *pb.SessionDown
+		err error
+	}
+	for {
+		ch := make(chan res, 1)
+		go func() { m, err := f.st.Recv(); ch <- res{m, err} }()
+		select {
+		case r := <-ch:
+			if r.err != nil {
+				return r.err, time.Since(start)
+			}
+			if a := r.m.GetHeartbeatAck(); a != nil && noAck != 0 && a.Id == noAck {
+				f.t.Fatalf("heartbeat %d was acknowledged after its slot froze", noAck)
+			}
+		case <-time.After(bound - time.Since(start)):
+			f.t.Fatalf("the stream is still open %s after its slot froze", bound)
+		}
+	}
+}
+
+// moveBound bounds how long a stream may take to end once its slot froze:
+// nothing waits for a heartbeat or a timer, so this is only the race
+// detector's and a shared 2-core machine's slack.
+const moveBound = 5 * time.Second
+
+// Touch answers the sessions of a frozen slot in moved, never in unknown
+// (which would end them); a session it does not know still comes back
+// unknown, and one of a slot still served is renewed.
+func TestTouchAnswersFrozenSessionsMoved(t *testing.T) {
+	fc := newFakeCluster(t, 2, fakeOptions{})
+	ctx := testCtx(t)
+	mv, stay := openTTL(t, fc.node("n1"), "mv", time.Minute), openTTL(t, fc.node("n1"), "stay", time.Minute)
+	if fsm.Slot("mv") == fsm.Slot("stay") {
+		t.Fatal("the test's namespaces share a slot")
+	}
+	fc.freeze(t, "mv")
+	const never = 1 << 40
+	unknown, moved, err := forwarder{fc.node("n2").srv}.Touch(ctx, []uint64{never, mv.SessionId, stay.SessionId})
+	if err != nil || !slices.Equal(unknown, []uint64{never}) || !slices.Equal(moved, []uint64{mv.SessionId}) {
+		t.Fatalf("Touch after the Freeze: unknown %v, moved %v, %v: want unknown [%d] and moved [%d]", unknown, moved, err, uint64(never), mv.SessionId)
+	}
+	// The router of a node of several groups, and any caller, sees the
+	// same on the wire.
+	md := metadata.Pairs(auth.MemberSecretKey, auth.MemberSecretValue(fc.node("n1").m.ClusterSecret()))
+	resp, err := fc.node("n1").clus.Touch(metadata.NewOutgoingContext(ctx, md), &pb.TouchRequest{SessionIds: []uint64{mv.SessionId}})
+	if err != nil || len(resp.Unknown) != 0 || !slices.Equal(resp.Moved, []uint64{mv.SessionId}) {
+		t.Fatalf("the leader's Touch: %v, %v: want moved [%d] only", resp, err, mv.SessionId)
+	}
+}
+
+// A slot frozen after the leader renewed a follower's batch, but before
+// the confirmation of leadership that covers the renewal has returned:
+// the leader's Touch answers the session moved (it checks ownership again
+// once Renew returns), so the heartbeat is not acknowledged, and the
+// follower, whose own replica has not applied the Freeze yet, ends the
+// stream MOVING (Unavailable, "moving"), not "closed".
+func TestFreezeDuringTheConfirmationIsNotAcknowledged(t *testing.T) {
+	fc := newFakeCluster(t, 2, fakeOptions{})
+	s := openTTL(t, fc.node("n1"), "mv", time.Minute)
+	st, _ := fc.node("n2").attach(t, s, "mv", s.Index)
+	st.acked()
+	fc.hold("n2", true) // n2 will not see the Freeze: only the leader's answer tells it
+	n1 := fc.node("n1")
+	before := fc.touches["n1"].Load()
+	fired := make(chan struct{})
+	hook := func() {
+		// The first barrier after n2's Touch reached n1: Renew's
+		// confirmation (Touch takes no other barrier).
+		if fc.touches["n1"].Load() == before || !n1.rep.onBarrier.CompareAndSwap(n1.rep.onBarrier.Load(), nil) {
+			return
+		}
+		res, err := n1.srv.ProposeMove(context.Background(), &fsm.Freeze{Slots: []uint16{fsm.Slot("mv")}, Epoch: 1, To: 1})
+		if err != nil || res.Err != nil {
+			t.Errorf("Freeze during the confirmation: %+v, %v", res, err)
+		}
+		close(fired)
+	}
+	n1.rep.onBarrier.Store(&hook)
+	hb := st.heartbeat()
+	err, _ := st.streamErr(moveBound, hb)
+	select {
+	case <-fired:
+	default:
+		t.Fatalf("the stream ended (%v) before the Freeze", err)
+	}
+	isMoving(t, "the stream of a session frozen during its confirmation", err, "mv")
+	if _, ok := n1.m.Session(s.SessionId); !ok {
+		t.Fatal("the session is gone from the source")
+	}
+}
+
+// On the leader, the answer to a renewal comes after the confirmation: a
+// heartbeat answered "known" is acknowledged only if the slot is still
+// served then, else the stream ends MOVING; a follower's batch answered
+// ErrMoved ends it MOVING too, from the replica's own refusal when it has
+// one, else from the namespace alone.
+func TestHeartbeatAnswerChecksOwnership(t *testing.T) {
+	m := fsm.New()
+	sid := m.Apply(1, fsm.Entry{Cmd: &fsm.OpenSession{Namespace: "mv", TTL: 1e9}}).Result.Session
+	s := New(Config{Machine: m})
+	answer := func(known bool, err error) (*pb.SessionDown, error) {
+		out := make(chan *pb.SessionDown, 1)
+		var failed error
+		h := &heartbeater{s: s, ctx: context.Background(), id: sid, ns: "mv", out: out, fail: func(err error) { failed = err }}
+		h.done(7, known, err)
+		select {
+		case m := <-out:
+			return m, failed
+		default:
+			return nil, failed
+		}
+	}
+	if m, err := answer(true, nil); err != nil || m.GetHeartbeatAck().GetId() != 7 {
+		t.Fatalf("a renewal of a served slot: %v, %v: want the ack", m, err)
+	}
+	m2, err := answer(false, session.ErrMoved)
+	if m2 != nil {
+		t.Fatalf("ErrMoved: sent %v", m2)
+	}
+	isMoving(t, "ErrMoved on a replica that still serves the slot", err, "mv")
+
+	if res := m.Apply(2, fsm.Entry{Cmd: &fsm.Freeze{Slots: []uint16{fsm.Slot("mv")}, Epoch: 1, To: 1}}).Result; res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	m2, err = answer(true, nil)
+	if m2 != nil {
+		t.Fatalf("a renewal confirmed after the Freeze: sent %v", m2)
+	}
+	isMoving(t, "a renewal confirmed after the Freeze", err, "mv")
+	m2, err = answer(false, session.ErrMoved)
+	if m2 != nil {
+		t.Fatalf("ErrMoved after the Freeze: sent %v", m2)
+	}
+	isMoving(t, "ErrMoved on a replica that applied the Freeze", err, "mv")
+}
