@@ -16,8 +16,10 @@ import (
 
 // The server side of a move of slots between groups (groups.md I3, §8.2):
 // renewals refused by ownership before and after the confirmation of
-// leadership. The clusters are group 0 (fsm.New), which may freeze a slot
-// to group 1.
+// leadership, streams ended MOVING at a Freeze, and deadlines dropped at
+// a Freeze and armed with a full TTL at an Import or an Unfreeze. The
+// clusters are group 0 (fsm.New), which may freeze a slot to group 1, or
+// group 1 (fsm.NewGroup), which imports one.
 
 // freeze proposes the Freeze of namespace ns's slot to group 1 at epoch 1
 // on the leader n1.
@@ -171,4 +173,159 @@ func TestHeartbeatAnswerChecksOwnership(t *testing.T) {
 		t.Fatalf("ErrMoved after the Freeze: sent %v", m2)
 	}
 	isMoving(t, "ErrMoved on a replica that applied the Freeze", err, "mv")
+}
+
+// A Freeze ends the slot's session streams MOVING at once, on the leader
+// and on a follower, without waiting for a heartbeat; the source's leader
+// drops the sessions' deadlines (it no longer renews, nor expires, them),
+// while it still expires the sessions of the slots it serves.
+func TestFreezeEndsStreamsAndDeadlines(t *testing.T) {
+	fc := newFakeCluster(t, 3, fakeOptions{})
+	const ttl = 500 * time.Millisecond
+	s := openTTL(t, fc.node("n1"), "mv", ttl)
+	ctl := openTTL(t, fc.node("n1"), "stay", 2*ttl) // expires later than s would
+	other := openTTL(t, fc.node("n1"), "mv", time.Minute)
+	onLeader, _ := fc.node("n1").attach(t, s, "mv", s.Index)
+	onFollower, _ := fc.node("n2").attach(t, s, "mv", s.Index)
+	otherSt, _ := fc.node("n3").attach(t, other, "mv", other.Index)
+	onLeader.acked()
+	onFollower.acked()
+	otherSt.acked()
+	frozenAt := fc.entries()
+	fc.freeze(t, "mv")
+	for name, st := range map[string]*fakeStream{"leader": onLeader, "follower": onFollower, "another session's": otherSt} {
+		err, after := st.streamErr(moveBound, 0)
+		isMoving(t, "the "+name+" stream after the Freeze", err, "mv")
+		t.Logf("the %s stream ended MOVING %s after the Freeze was applied", name, after)
+	}
+	// No deadline left: the leader answers the session as one it does not
+	// hold (its Touch says moved: TestTouchAnswersFrozenSessionsMoved).
+	if unknown, err := fc.node("n1").srv.live.Renew(testCtx(t), s.SessionId, ctl.SessionId); err != nil || !slices.Equal(unknown, []uint64{s.SessionId}) {
+		t.Fatalf("Renew on the source's leader after the Freeze: %v, %v: want s's deadline gone", unknown, err)
+	}
+	fc.clock.Advance(10 * ttl)
+	eventually(t, "the control session's expiry", func() bool {
+		_, ok := fc.node("n1").m.Session(ctl.SessionId)
+		return !ok
+	})
+	for _, c := range fc.commands(frozenAt + 1) {
+		if e, ok := c.(*fsm.ExpireSession); ok && (e.Session == s.SessionId || e.Session == other.SessionId) {
+			t.Fatalf("the source's leader proposed the expiry of frozen session %d", e.Session)
+		}
+	}
+	if _, ok := fc.node("n1").m.Session(s.SessionId); !ok {
+		t.Fatal("the frozen session is gone from the source")
+	}
+}
+
+// An Unfreeze (an aborted move) gives the slot back to the source, whose
+// leader arms its sessions again with a full TTL: a stream re-attaches
+// and is acknowledged, and the session expires once heartbeats stop.
+func TestUnfreezeArmsTheSessionsAgain(t *testing.T) {
+	fc := newFakeCluster(t, 2, fakeOptions{})
+	const ttl = time.Second
+	s := openTTL(t, fc.node("n1"), "mv", ttl)
+	st, _ := fc.node("n2").attach(t, s, "mv", s.Index)
+	st.acked()
+	fc.freeze(t, "mv")
+	err, _ := st.streamErr(moveBound, 0)
+	isMoving(t, "the stream after the Freeze", err, "mv")
+	fc.clock.Advance(10 * ttl) // while frozen: nothing expires it
+	res, err := fc.node("n1").srv.ProposeMove(testCtx(t), &fsm.Unfreeze{Slots: []uint16{fsm.Slot("mv")}, Epoch: 1})
+	if err != nil || res.Err != nil {
+		t.Fatalf("Unfreeze: %+v, %v", res, err)
+	}
+	if _, ok := fc.node("n1").m.Session(s.SessionId); !ok {
+		t.Fatal("the session expired while its slot was frozen")
+	}
+	st, _ = fc.node("n2").attach(t, s, "mv", 0)
+	for range 3 {
+		fc.clock.Advance(ttl * 9 / 10)
+		st.acked()
+	}
+	fc.clock.Advance(2 * ttl)
+	if ev := st.event(); ev.Kind != pb.Event_SESSION_ENDED {
+		t.Fatalf("after the heartbeats stopped: %v: want the session's end", ev)
+	}
+}
+
+// The target's leader arms the sessions an Import brings with a full
+// Expiry(TTL) from the Import: one without heartbeats expires no sooner
+// (not at its TTL, not at any deadline the source had) and no later;
+// heartbeats, through a follower, keep another alive past it.
+func TestImportArmsTheSessionsWithAFullTTL(t *testing.T) {
+	const ns = "imp"
+	const ttl = time.Second
+	slots := []uint16{fsm.Slot(ns)}
+	// The source: two sessions of ns, frozen, exported.
+	src := fsm.New()
+	open := func(idx uint64, secret string) uint64 {
+		res := src.Apply(idx, fsm.Entry{Cmd: &fsm.OpenSession{Namespace: ns, TTL: int64(ttl), SecretHash: fsm.HashSecret([]byte(secret))}}).Result
+		if res.Err != nil {
+			t.Fatal(res.Err)
+		}
+		return res.Session
+	}
+	idle, live := open(1, "idle"), open(2, "live")
+	if res := src.Apply(3, fsm.Entry{Cmd: &fsm.Freeze{Slots: slots, Epoch: 1, To: 1}}).Result; res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	x, err := src.Export(slots, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	fc := newFakeCluster(t, 2, fakeOptions{machine: func() *fsm.Machine { return fsm.NewGroup(1) }})
+	n1 := fc.node("n1")
+	propose := func(cmd fsm.Command) {
+		t.Helper()
+		if res, err := n1.srv.ProposeMove(testCtx(t), cmd); err != nil || res.Err != nil {
+			t.Fatalf("%T: %+v, %v", cmd, res, err)
+		}
+	}
+	propose(&fsm.SetGroup{Group: 1})
+	for _, c := range x.ImportChunks() {
+		propose(c)
+	}
+	fc.clock.Advance(time.Hour) // the source's deadlines, whatever they were, are long past
+	imported := fc.entries() + 1
+	propose(x.Import())
+	start := fc.clock.Now()
+	// A control session, opened at the Import, whose Expiry falls between
+	// the TTL and the Expiry(TTL) of the imported ones.
+	ctl := openTTL(t, n1, ns, 940*time.Millisecond)
+	if e := session.Expiry(940 * time.Millisecond); e <= ttl || e >= session.Expiry(ttl) {
+		t.Fatalf("the control's Expiry %s is not between %s and %s", e, ttl, session.Expiry(ttl))
+	}
+	st, _ := fc.node("n2").attach(t, &pb.OpenSessionResponse{SessionId: live, Secret: []byte("live")}, ns, 0)
+	st.acked()
+	fc.clock.Advance(600 * time.Millisecond)
+	st.acked()
+	fc.clock.Advance(session.Expiry(ttl) - 50*time.Millisecond - fc.clock.Now().Sub(start)) // past the control's
+	st.acked()
+	eventually(t, "the control session's expiry", func() bool {
+		_, ok := n1.m.Session(ctl.SessionId)
+		return !ok
+	})
+	st.acked() // one more round trip: an early expiry proposed beside the control's is in the log by now
+	for _, c := range fc.commands(imported) {
+		if e, ok := c.(*fsm.ExpireSession); ok && e.Session == idle {
+			t.Fatalf("the imported session expired %s after the Import, before its full Expiry(TTL) %s", fc.clock.Now().Sub(start), session.Expiry(ttl))
+		}
+	}
+	fc.clock.Advance(60 * time.Millisecond) // past Expiry(TTL) from the Import, and a tick
+	eventually(t, "the idle imported session's expiry", func() bool {
+		_, ok := n1.m.Session(idle)
+		return !ok
+	})
+	if _, ok := n1.m.Session(live); !ok {
+		t.Fatal("the imported session kept alive by heartbeats expired")
+	}
+	for range 3 {
+		fc.clock.Advance(ttl * 9 / 10)
+		st.acked()
+	}
+	if _, ok := n1.m.Session(live); !ok {
+		t.Fatal("the imported session kept alive by heartbeats expired")
+	}
 }

@@ -9,17 +9,18 @@ import (
 )
 
 // ProposeMove appends one of the entries that move slots between groups
-// (fsm's SetGroup, Freeze, ImportChunk, Import, Drop) to this group's log
-// when this node leads the group, and returns the machine's answer. It is
-// the node's group manager's, for the initial spread of a cluster of
-// several groups (internal/node), which a client can never reach: no RPC
+// (fsm's SetGroup, Freeze, ImportChunk, Import, Drop, and the abort's
+// Reject and Unfreeze) to this group's log when this node leads the
+// group, and returns the machine's answer. It is the node's group
+// manager's, for the initial spread of a cluster of several groups and
+// for moves (internal/node), which a client can never reach: no RPC
 // proposes these entries. It is not gated by the cluster level (level.go):
 // a cluster of several groups is bootstrapped by members of this release
 // only, and takes no member that runs another (internal/node refuses
 // joins to it). A follower gets raftnode's NotLeaderError.
 func (s *Server) ProposeMove(ctx context.Context, cmd fsm.Command) (fsm.Result, error) {
 	switch cmd.(type) {
-	case *fsm.SetGroup, *fsm.Freeze, *fsm.ImportChunk, *fsm.Import, *fsm.Drop:
+	case *fsm.SetGroup, *fsm.Freeze, *fsm.ImportChunk, *fsm.Import, *fsm.Drop, *fsm.Reject, *fsm.Unfreeze:
 	default:
 		return fsm.Result{}, fmt.Errorf("ProposeMove: %s is not a move entry", cmd.Type())
 	}

@@ -172,6 +172,11 @@ func (s *Server) Session(stream pb.Locks_SessionServer) error {
 			return rpcerr.StreamBehind("the session's event stream fell too far behind: reconnect to resynchronise")
 		case <-sub.replaced:
 			return streamReplaced(at.SessionId, s.hub.maxStreams, s.cfg.Self.ID)
+		case <-sub.moving:
+			// Its slot froze here: this group serves it no more (groups.md
+			// §8.2). MOVING, never "closed": the client re-attaches to the
+			// group that will serve it.
+			return s.movingErr(at.Namespace, at.SessionId)
 		case err := <-recvErr:
 			return err
 		case <-s.done:
