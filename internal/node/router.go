@@ -172,7 +172,10 @@ func (s *replayedStream) Send(m *pb.SessionDown) error { return s.SendMsg(m) }
 
 // Touch splits the renewals by the group of each session id (a follower's
 // server sends its own group's only; a caller may mix them) and answers
-// the union of the groups' unknown sessions.
+// the union of the groups' unknown sessions and of their moved ones
+// (refused because their slot moves, groups.md §8.2): a moved session
+// dropped here would read as renewed to the follower, which would
+// acknowledge its heartbeat (I3).
 func (r *router) Touch(ctx context.Context, req *pb.TouchRequest) (*pb.TouchResponse, error) {
 	byGroup := map[uint16][]uint64{}
 	for _, id := range req.GetSessionIds() {
@@ -198,6 +201,7 @@ func (r *router) Touch(ctx context.Context, req *pb.TouchRequest) (*pb.TouchResp
 			return nil, err
 		}
 		out.Unknown = append(out.Unknown, resp.GetUnknown()...)
+		out.Moved = append(out.Moved, resp.GetMoved()...)
 	}
 	return out, nil
 }
