@@ -103,6 +103,32 @@ func (m *Machine) RefusedSessions(ids []uint64) []uint64 {
 	return out
 }
 
+// SlotsLost counts the entries this machine applied by which its group
+// stopped serving slots (Freeze, Drop), without the lock: a caller that
+// reads it before and after a wait knows whether a slot left the group
+// meanwhile (the server's Touch, across a renewal's confirmation). It is
+// counted under the write lock with the entry, so a read of the state
+// that comes after the entry's apply sees the count with it. Always 0 in
+// group 0 of a cluster of one group.
+func (m *Machine) SlotsLost() uint64 { return m.slotsLost.Load() }
+
+// UnservedSessions is RefusedSessions that also names the ids whose
+// session this group does not know (any more): what a caller that saw a
+// slot leave the group meanwhile (a Freeze and a Drop) must not take for
+// a session served here, nor for one ended, as the Drop removed the
+// slot's sessions with it.
+func (m *Machine) UnservedSessions(ids []uint64) []uint64 {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	var out []uint64
+	for _, id := range ids {
+		if s := m.st.sessions[id]; s == nil || m.st.ownsSession(s) != nil {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
 // MovingError is the CodeMoving refusal of namespace ns for a caller that
 // learnt from elsewhere (the leader of its group) that the namespace's
 // slot is moving, while this replica still serves it: it has not applied

@@ -40,6 +40,9 @@ type Machine struct {
 	// group is the group this machine was built for (NewGroup): a
 	// snapshot of another group is refused by Restore.
 	group uint16
+	// slotsLost counts the entries applied by which the group stopped
+	// serving slots (Freeze, Drop): SlotsLost, read without the lock.
+	slotsLost atomic.Uint64
 }
 
 // New returns an empty lock manager with the default limits: group 0,
@@ -99,6 +102,9 @@ func (m *Machine) applyLocked(index uint64, e Entry) Applied {
 		changes = nil // a rejected entry changed nothing
 	}
 	mv := a.move
+	if mv != nil && (mv.Kind == MoveFreeze || mv.Kind == MoveDrop) {
+		m.slotsLost.Add(1) // under the write lock: a reader after it sees both
+	}
 	a.out, a.ns, a.own, a.changes, a.ownRecords, a.move = nil, nil, nil, nil, nil, nil
 	return Applied{Result: res, Events: out, Changes: changes, Kept: a.keep, Move: mv}
 }

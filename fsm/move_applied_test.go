@@ -50,6 +50,9 @@ func TestAppliedMoveAndSlotSessions(t *testing.T) {
 			t.Fatalf("RefusedSessions with every slot owned: %v", got)
 		}
 
+		if a.SlotsLost() != 0 {
+			t.Fatalf("SlotsLost %d before any move", a.SlotsLost())
+		}
 		if ap := apply(a, &Freeze{Slots: slots, Epoch: 1, To: 5}); ap.Move == nil || ap.Move.Kind != MoveFreeze ||
 			!slices.Equal(ap.Move.Slots, slots) || ap.Move.Epoch != 1 || ap.Move.To != 5 {
 			t.Fatalf("Freeze: Move = %+v", ap.Move)
@@ -63,8 +66,14 @@ func TestAppliedMoveAndSlotSessions(t *testing.T) {
 		if got := a.SlotSessions(slots); !slices.Equal(got, want) {
 			t.Fatalf("SlotSessions while frozen: %v, want %v", got, want)
 		}
+		if a.SlotsLost() != 1 {
+			t.Fatalf("SlotsLost %d after one Freeze (and its repeat and a refusal), want 1", a.SlotsLost())
+		}
 		if got := a.RefusedSessions([]uint64{s1, other, 999, s2}); !slices.Equal(got, []uint64{s1, s2}) {
 			t.Fatalf("RefusedSessions of a frozen slot: %v, want [%d %d]", got, s1, s2)
+		}
+		if got := a.UnservedSessions([]uint64{s1, other, 999, s2}); !slices.Equal(got, []uint64{s1, 999, s2}) {
+			t.Fatalf("UnservedSessions of a frozen slot: %v, want [%d 999 %d]", got, s1, s2)
 		}
 
 		if abort {
@@ -108,6 +117,15 @@ func TestAppliedMoveAndSlotSessions(t *testing.T) {
 		}
 		if got := a.SlotSessions(slots); got != nil {
 			t.Fatalf("SlotSessions after the Drop: %v", got)
+		}
+		if a.SlotsLost() != 2 || b.SlotsLost() != 0 {
+			t.Fatalf("SlotsLost after a Freeze and a Drop: %d, and %d after an Import; want 2 and 0", a.SlotsLost(), b.SlotsLost())
+		}
+		if got := a.RefusedSessions([]uint64{s1, other}); got != nil {
+			t.Fatalf("RefusedSessions after the Drop: %v (the sessions are unknown)", got)
+		}
+		if got := a.UnservedSessions([]uint64{s1, other, s2}); !slices.Equal(got, []uint64{s1, s2}) {
+			t.Fatalf("UnservedSessions after the Drop: %v, want [%d %d]", got, s1, s2)
 		}
 	}
 }

@@ -140,6 +140,7 @@ func (s *Server) Touch(ctx context.Context, req *pb.TouchRequest) (*pb.TouchResp
 	if err := s.memberOnly(ctx, "Cluster.Touch"); err != nil { // member.go
 		return nil, err
 	}
+	lost := s.m.SlotsLost()
 	ids, refused := s.ownedSessions(req.SessionIds)
 	unknown, err := s.live.Renew(ctx, ids...)
 	if err != nil {
@@ -147,8 +148,18 @@ func (s *Server) Touch(ctx context.Context, req *pb.TouchRequest) (*pb.TouchResp
 	}
 	// After the confirmation: a slot frozen meanwhile refuses its
 	// sessions here, renewed or not (a Freeze drops their deadlines, so
-	// they may come back unknown): moved, not unknown.
-	if late := s.m.RefusedSessions(ids); len(late) > 0 {
+	// they may come back unknown): moved, not unknown. If the slot was
+	// dropped too (a whole move can fit in a slow confirmation round) the
+	// machine no longer knows its sessions: when this group lost a slot
+	// meanwhile, a session it does not know is not taken for renewed,
+	// nor for ended, but answered moved too. A session that merely
+	// ended meanwhile then ends at its client's next attach, a little
+	// later.
+	late := s.m.RefusedSessions(ids)
+	if s.m.SlotsLost() != lost { // read after: it counts any slot lost before that read
+		late = s.m.UnservedSessions(ids)
+	}
+	if len(late) > 0 {
 		if len(unknown) > 0 {
 			set := make(map[uint64]bool, len(late)) // a whole slot's may be here
 			for _, id := range late {

@@ -6,7 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	pb "github.com/lockcluster/lockcluster/api/lockclusterv1"
 	"github.com/lockcluster/lockcluster/fsm"
@@ -33,9 +35,9 @@ func (fc *fakeCluster) freeze(t *testing.T, ns string) {
 
 // streamErr waits, for at most bound, for the stream to end, skipping
 // what comes before (acks of earlier heartbeats), and returns its error
-// and when it came; it fails the test if the stream carries an ack of
+// and how long it took; it fails the test if the stream carries an ack of
 // heartbeat noAck (0: any ack is fine) or is still open after bound.
-func (f *fakeStream) streamErr(bound time.Duration, noAck uint64) (error, time.Duration) {
+func (f *fakeStream) streamErr(bound time.Duration, noAck uint64) (time.Duration, error) {
 	f.t.Helper()
 	start := time.Now()
 	type res struct {
@@ -48,7 +50,7 @@ func (f *fakeStream) streamErr(bound time.Duration, noAck uint64) (error, time.D
 		select {
 		case r := <-ch:
 			if r.err != nil {
-				return r.err, time.Since(start)
+				return time.Since(start), r.err
 			}
 			if a := r.m.GetHeartbeatAck(); a != nil && noAck != 0 && a.Id == noAck {
 				f.t.Fatalf("heartbeat %d was acknowledged after its slot froze", noAck)
@@ -94,39 +96,51 @@ func TestTouchAnswersFrozenSessionsMoved(t *testing.T) {
 // the leader's Touch answers the session moved (it checks ownership again
 // once Renew returns), so the heartbeat is not acknowledged, and the
 // follower, whose own replica has not applied the Freeze yet, ends the
-// stream MOVING (Unavailable, "moving"), not "closed".
+// stream MOVING (Unavailable, "moving"), not "closed". The same when the
+// whole move ends within the round (a Drop too): the leader's machine no
+// longer knows the session, which is neither renewed nor ended.
 func TestFreezeDuringTheConfirmationIsNotAcknowledged(t *testing.T) {
-	fc := newFakeCluster(t, 2, fakeOptions{})
-	s := openTTL(t, fc.node("n1"), "mv", time.Minute)
-	st, _ := fc.node("n2").attach(t, s, "mv", s.Index)
-	st.acked()
-	fc.hold("n2", true) // n2 will not see the Freeze: only the leader's answer tells it
-	n1 := fc.node("n1")
-	before := fc.touches["n1"].Load()
-	fired := make(chan struct{})
-	hook := func() {
-		// The first barrier after n2's Touch reached n1: Renew's
-		// confirmation (Touch takes no other barrier).
-		if fc.touches["n1"].Load() == before || !n1.rep.onBarrier.CompareAndSwap(n1.rep.onBarrier.Load(), nil) {
-			return
-		}
-		res, err := n1.srv.ProposeMove(context.Background(), &fsm.Freeze{Slots: []uint16{fsm.Slot("mv")}, Epoch: 1, To: 1})
-		if err != nil || res.Err != nil {
-			t.Errorf("Freeze during the confirmation: %+v, %v", res, err)
-		}
-		close(fired)
-	}
-	n1.rep.onBarrier.Store(&hook)
-	hb := st.heartbeat()
-	err, _ := st.streamErr(moveBound, hb)
-	select {
-	case <-fired:
-	default:
-		t.Fatalf("the stream ended (%v) before the Freeze", err)
-	}
-	isMoving(t, "the stream of a session frozen during its confirmation", err, "mv")
-	if _, ok := n1.m.Session(s.SessionId); !ok {
-		t.Fatal("the session is gone from the source")
+	for _, drop := range []bool{false, true} {
+		t.Run(map[bool]string{false: "freeze", true: "freeze and drop"}[drop], func(t *testing.T) {
+			fc := newFakeCluster(t, 2, fakeOptions{})
+			s := openTTL(t, fc.node("n1"), "mv", time.Minute)
+			st, _ := fc.node("n2").attach(t, s, "mv", s.Index)
+			st.acked()
+			fc.hold("n2", true) // n2 will not see the Freeze: only the leader's answer tells it
+			n1 := fc.node("n1")
+			before := fc.touches["n1"].Load()
+			fired := make(chan struct{})
+			hook := func() {
+				// The first barrier after n2's Touch reached n1: Renew's
+				// confirmation (Touch takes no other barrier).
+				if fc.touches["n1"].Load() == before || !n1.rep.onBarrier.CompareAndSwap(n1.rep.onBarrier.Load(), nil) {
+					return
+				}
+				slots := []uint16{fsm.Slot("mv")}
+				cmds := []fsm.Command{&fsm.Freeze{Slots: slots, Epoch: 1, To: 1}}
+				if drop {
+					cmds = append(cmds, &fsm.Drop{Slots: slots, Epoch: 1})
+				}
+				for _, c := range cmds {
+					if res, err := n1.srv.ProposeMove(context.Background(), c); err != nil || res.Err != nil {
+						t.Errorf("%T during the confirmation: %+v, %v", c, res, err)
+					}
+				}
+				close(fired)
+			}
+			n1.rep.onBarrier.Store(&hook)
+			hb := st.heartbeat()
+			_, err := st.streamErr(moveBound, hb)
+			select {
+			case <-fired:
+			default:
+				t.Fatalf("the stream ended (%v) before the Freeze", err)
+			}
+			isMoving(t, "the stream of a session frozen during its confirmation", err, "mv")
+			if _, ok := n1.m.Session(s.SessionId); ok == drop {
+				t.Fatalf("the session is known to the source: %v, after a Drop: %v", ok, drop)
+			}
+		})
 	}
 }
 
@@ -173,6 +187,16 @@ func TestHeartbeatAnswerChecksOwnership(t *testing.T) {
 		t.Fatalf("ErrMoved after the Freeze: sent %v", m2)
 	}
 	isMoving(t, "ErrMoved on a replica that applied the Freeze", err, "mv")
+
+	// Dropped (the move finished) before the answer: "moved", still
+	// Unavailable, never an ack nor "closed".
+	if res := m.Apply(3, fsm.Entry{Cmd: &fsm.Drop{Slots: []uint16{fsm.Slot("mv")}, Epoch: 1}}).Result; res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	m2, err = answer(true, nil)
+	if st := status.Convert(err); m2 != nil || st.Code() != codes.Unavailable || errorInfo(st) == nil || errorInfo(st).Metadata["moved"] != "true" {
+		t.Fatalf("a renewal confirmed after the Drop: sent %v, %v: want no ack and Unavailable moved", m2, err)
+	}
 }
 
 // A Freeze ends the slot's session streams MOVING at once, on the leader
@@ -194,7 +218,7 @@ func TestFreezeEndsStreamsAndDeadlines(t *testing.T) {
 	frozenAt := fc.entries()
 	fc.freeze(t, "mv")
 	for name, st := range map[string]*fakeStream{"leader": onLeader, "follower": onFollower, "another session's": otherSt} {
-		err, after := st.streamErr(moveBound, 0)
+		after, err := st.streamErr(moveBound, 0)
 		isMoving(t, "the "+name+" stream after the Freeze", err, "mv")
 		t.Logf("the %s stream ended MOVING %s after the Freeze was applied", name, after)
 	}
@@ -228,7 +252,7 @@ func TestUnfreezeArmsTheSessionsAgain(t *testing.T) {
 	st, _ := fc.node("n2").attach(t, s, "mv", s.Index)
 	st.acked()
 	fc.freeze(t, "mv")
-	err, _ := st.streamErr(moveBound, 0)
+	_, err := st.streamErr(moveBound, 0)
 	isMoving(t, "the stream after the Freeze", err, "mv")
 	fc.clock.Advance(10 * ttl) // while frozen: nothing expires it
 	res, err := fc.node("n1").srv.ProposeMove(testCtx(t), &fsm.Unfreeze{Slots: []uint16{fsm.Slot("mv")}, Epoch: 1})
