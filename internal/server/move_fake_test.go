@@ -148,7 +148,8 @@ func TestFreezeDuringTheConfirmationIsNotAcknowledged(t *testing.T) {
 // heartbeat answered "known" is acknowledged only if the slot is still
 // served then, else the stream ends MOVING; a follower's batch answered
 // ErrMoved ends it MOVING too, from the replica's own refusal when it has
-// one, else from the namespace alone.
+// one, else from the namespace alone. Every answer here is to a renewal
+// made before the Freeze (the machine's SlotsLost was 0 then).
 func TestHeartbeatAnswerChecksOwnership(t *testing.T) {
 	m := fsm.New()
 	sid := m.Apply(1, fsm.Entry{Cmd: &fsm.OpenSession{Namespace: "mv", TTL: 1e9}}).Result.Session
@@ -157,7 +158,7 @@ func TestHeartbeatAnswerChecksOwnership(t *testing.T) {
 		out := make(chan *pb.SessionDown, 1)
 		var failed error
 		h := &heartbeater{s: s, ctx: context.Background(), id: sid, ns: "mv", out: out, fail: func(err error) { failed = err }}
-		h.done(7, known, err)
+		h.done(7, 0, known, err)
 		select {
 		case m := <-out:
 			return m, failed

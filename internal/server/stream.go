@@ -241,6 +241,7 @@ type heartbeater struct {
 // heartbeat renews the session for heartbeat hb; the answer comes later,
 // from session liveness (done).
 func (h *heartbeater) heartbeat(hb uint64) {
+	lost := h.s.m.SlotsLost() // before the check: done asks again only if a slot left since
 	if err := h.s.owns(h.ns, h.id); err != nil {
 		// Ownership first (groups.go): a session of a slot this group
 		// does not serve is neither renewed nor acknowledged here, and
@@ -254,7 +255,7 @@ func (h *heartbeater) heartbeat(hb uint64) {
 	}
 	h.s.live.HeartbeatAsync(h.id, func(known bool, err error) {
 		h.waiting.Add(-1)
-		h.done(hb, known, err)
+		h.done(hb, lost, known, err)
 	})
 }
 
@@ -266,8 +267,11 @@ func (h *heartbeater) heartbeat(hb uint64) {
 // slot once the answer is in (groups.md I3, §8.2 rule 1): on the leader
 // the answer comes after the confirmation of leadership that covers the
 // renewal, and a Freeze applied before it ends the stream MOVING instead
-// (the leader's Touch answers a follower's batch alike: ErrMoved).
-func (h *heartbeater) done(hb uint64, known bool, err error) {
+// (the leader's Touch answers a follower's batch alike: ErrMoved). lost
+// is the machine's SlotsLost read before heartbeat's ownership check: if
+// no slot left the group since, that check still holds, and the answer
+// takes no lock (always, with one group).
+func (h *heartbeater) done(hb, lost uint64, known bool, err error) {
 	ctx := h.ctx
 	var out *pb.SessionDown
 	switch {
@@ -291,11 +295,13 @@ func (h *heartbeater) done(hb uint64, known bool, err error) {
 	case err != nil, ctx.Err() != nil:
 		return // the stream has ended
 	case known:
-		if err := h.s.owns(h.ns, h.id); err != nil {
-			// The slot froze between the renewal and its confirmation:
-			// no ack (groups.md I3). Never with one group.
-			h.fail(toStatus(err))
-			return
+		if h.s.m.SlotsLost() != lost { // a slot left the group since heartbeat's check
+			if err := h.s.owns(h.ns, h.id); err != nil {
+				// The slot froze between the renewal and its
+				// confirmation: no ack (groups.md I3).
+				h.fail(toStatus(err))
+				return
+			}
 		}
 		out = &pb.SessionDown{Kind: &pb.SessionDown_HeartbeatAck{HeartbeatAck: &pb.HeartbeatAck{Id: hb}}}
 	}
