@@ -202,3 +202,30 @@ func BenchmarkMillionLocks(b *testing.B) {
 		runtime.KeepAlive(m)
 	}
 }
+
+// BenchmarkSlotSessions: the sessions of one slot of 10,000 sessions, in
+// a group of 100,000 sessions over 1,000 namespaces (what the server
+// reads, on raft's FSM goroutine, for a Freeze, an Import or an
+// Unfreeze; groups.md §8.2).
+func BenchmarkSlotSessions(b *testing.B) {
+	m := New()
+	var idx uint64
+	const hot = "hot"
+	for i := 0; i < 10000; i++ {
+		benchOpen(b, m, &idx, hot)
+	}
+	for i := 0; i < 90000; i++ {
+		ns := "ns-" + strconv.Itoa(i%999)
+		if Slot(ns) == Slot(hot) {
+			ns += "-x"
+		}
+		benchOpen(b, m, &idx, ns)
+	}
+	slots := []uint16{Slot(hot)}
+	b.ResetTimer()
+	for b.Loop() {
+		if got := m.SlotSessions(slots); len(got) < 10000 {
+			b.Fatalf("%d sessions", len(got))
+		}
+	}
+}

@@ -40,6 +40,9 @@ type Machine struct {
 	// group is the group this machine was built for (NewGroup): a
 	// snapshot of another group is refused by Restore.
 	group uint16
+	// slotsLost counts the entries applied by which the group stopped
+	// serving slots (Freeze, Drop): SlotsLost, read without the lock.
+	slotsLost atomic.Uint64
 }
 
 // New returns an empty lock manager with the default limits: group 0,
@@ -86,7 +89,7 @@ func (m *Machine) applyLocked(index uint64, e Entry) Applied {
 	}
 	m.st.lastIndex = index
 	a := &m.a
-	a.st, a.ns, a.index, a.time, a.out, a.own = m.st, nil, index, e.Time, nil, nil
+	a.st, a.ns, a.index, a.time, a.out, a.own, a.move = m.st, nil, index, e.Time, nil, nil, nil
 	a.logical = m.st.logical(index)
 	a.keep, a.changes, a.ownRecords = m.keepChanges || m.keepWatched && m.st.changesFrom != 0, nil, nil
 	if a.keep {
@@ -98,8 +101,12 @@ func (m *Machine) applyLocked(index uint64, e Entry) Applied {
 	if res.Err != nil {
 		changes = nil // a rejected entry changed nothing
 	}
-	a.out, a.ns, a.own, a.changes, a.ownRecords = nil, nil, nil, nil, nil
-	return Applied{Result: res, Events: out, Changes: changes, Kept: a.keep}
+	mv := a.move
+	if mv != nil && (mv.Kind == MoveFreeze || mv.Kind == MoveDrop) {
+		m.slotsLost.Add(1) // under the write lock: a reader after it sees both
+	}
+	a.out, a.ns, a.own, a.changes, a.ownRecords, a.move = nil, nil, nil, nil, nil, nil
+	return Applied{Result: res, Events: out, Changes: changes, Kept: a.keep, Move: mv}
 }
 
 // ApplyBytes decodes an entry and applies it. An error means the entry

@@ -10,15 +10,43 @@ import (
 // change: a move changes no lock, queue or session as its clients see
 // them (the sessions, their requests and their event numbers move as they
 // are); what a server does about streams and deadlines when it sees a
-// Freeze or an Import applied is the server's (phase 3). A repeated entry
-// of a move (the same epoch) answers Duplicate and changes nothing.
+// Freeze or an Import applied is the server's (phase 3): Applied.Move
+// tells it what changed, and SlotSessions lists the slots' sessions. A
+// repeated entry of a move (the same epoch) answers Duplicate and changes
+// nothing.
 
 func moveDone() Result { return Result{Status: statusOK, Duplicate: true} }
 
 func moveOK() Result { return Result{Status: statusOK} }
 
-// applyMove applies a move entry (false: cmd is not one).
+// applyMove applies a move entry (false: cmd is not one) and, when it
+// changed the slots (not refused, not a repeat), says so in a.move
+// (Applied.Move).
 func (a *applier) applyMove(cmd Command) (Result, bool) {
+	res, ok := a.applyMoveCmd(cmd)
+	if ok && res.Err == nil && !res.Duplicate {
+		a.move = moveApplied(cmd)
+	}
+	return res, ok
+}
+
+// moveApplied is the Applied.Move of a move entry that changed the slots:
+// nil for the entries that change none (SetGroup, ImportChunk, Reject).
+func moveApplied(cmd Command) *MoveApplied {
+	switch c := cmd.(type) {
+	case *Freeze:
+		return &MoveApplied{Kind: MoveFreeze, Slots: slices.Clone(c.Slots), Epoch: c.Epoch, To: c.To}
+	case *Import:
+		return &MoveApplied{Kind: MoveImport, Slots: slices.Clone(c.Slots), Epoch: c.Epoch}
+	case *Unfreeze:
+		return &MoveApplied{Kind: MoveUnfreeze, Slots: slices.Clone(c.Slots), Epoch: c.Epoch}
+	case *Drop:
+		return &MoveApplied{Kind: MoveDrop, Slots: slices.Clone(c.Slots), Epoch: c.Epoch}
+	}
+	return nil
+}
+
+func (a *applier) applyMoveCmd(cmd Command) (Result, bool) {
 	switch c := cmd.(type) {
 	case *SetGroup:
 		return a.setGroup(c), true

@@ -24,6 +24,8 @@ type applier struct {
 	// keep: collect the entry's changes (Machine.KeepChanges, change.go).
 	keep    bool
 	changes []Change
+	// move: what a move entry changed (Applied.Move; move_apply.go).
+	move *MoveApplied
 }
 
 func (a *applier) emit(s *session, e Event) {

@@ -176,6 +176,49 @@ type Applied struct {
 	// Kept: the machine collected this entry's changes (Changes holds all
 	// of them); false when it builds none (KeepChanges, startchanges.go).
 	Kept bool `json:"-"`
+	// Move says what a move entry did to the group's slots (Freeze,
+	// Import, Unfreeze, Drop), for the server's liveness and streams
+	// (groups.md §8.2); nil for every other entry, and for a move entry
+	// that was refused or repeated (it changed nothing). Never set in
+	// group 0 of a cluster of one group, which sees no move entry
+	// (groups.md I4; omitted from JSON when nil, so that the applied
+	// history such a group prints is byte-identical).
+	Move *MoveApplied `json:",omitempty"`
+}
+
+// MoveKind is which move entry an applied MoveApplied reports.
+type MoveKind uint8
+
+const (
+	// MoveFreeze: the slots went from owned to frozen (source): this group
+	// no longer serves their sessions.
+	MoveFreeze MoveKind = iota + 1
+	// MoveImport: the slots became owned, with their objects (target):
+	// this group serves the imported sessions from this entry on.
+	MoveImport
+	// MoveUnfreeze: an aborted move's slots are owned again (source).
+	MoveUnfreeze
+	// MoveDrop: the frozen slots' objects are gone (source, the move
+	// finished forward).
+	MoveDrop
+)
+
+var moveKindNames = [...]string{"", "freeze", "import", "unfreeze", "drop"}
+
+func (k MoveKind) String() string {
+	if int(k) < len(moveKindNames) && k != 0 {
+		return moveKindNames[k]
+	}
+	return fmt.Sprintf("move(%d)", uint8(k))
+}
+
+// MoveApplied is what a move entry changed (Applied.Move): its kind, its
+// slots (ascending) and its epoch; To is the target group of a Freeze.
+type MoveApplied struct {
+	Kind  MoveKind
+	Slots []uint16
+	Epoch uint32
+	To    uint16
 }
 
 // LockInfo is one line of a Query: the spec's LockInfo (name, mode,

@@ -92,24 +92,45 @@ func (b *batcher) run(ctx context.Context) {
 			ids = append(ids, id)
 		}
 		slices.Sort(ids)
-		unknown, err := b.send(ctx, ids)
+		unknown, moved, err := b.send(ctx, ids)
 		for id, dones := range wait {
-			known := err == nil && !slices.Contains(unknown, id)
+			known, answer := err == nil, err
+			switch {
+			case err != nil:
+			case has(moved, id):
+				// Known, not renewed: its slot moves (groups.md §8.2).
+				// Never "ended", which would end the client's session.
+				known, answer = false, ErrMoved
+			case has(unknown, id):
+				known = false
+			}
 			for _, done := range dones {
-				done(known, err)
+				done(known, answer)
 			}
 		}
 	}
 }
 
-func (b *batcher) send(ctx context.Context, ids []uint64) ([]uint64, error) {
+// has reports whether sorted holds id.
+func has(sorted []uint64, id uint64) bool {
+	_, ok := slices.BinarySearch(sorted, id)
+	return ok
+}
+
+// send forwards ids and returns the leader's unknown and moved lists,
+// sorted (a batch may hold a whole slot's sessions: 10,000 lookups in
+// each list stay cheap).
+func (b *batcher) send(ctx context.Context, ids []uint64) (unknown, moved []uint64, err error) {
 	ctx, cancel := context.WithTimeout(ctx, touchForwardTimeout)
 	defer cancel()
-	unknown, err := b.fwd.Touch(ctx, ids)
+	unknown, moved, err = b.fwd.Touch(ctx, ids)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrNotLeading, err)
+		return nil, nil, fmt.Errorf("%w: %v", ErrNotLeading, err)
 	}
-	return unknown, nil
+	unknown, moved = slices.Clone(unknown), slices.Clone(moved)
+	slices.Sort(unknown)
+	slices.Sort(moved)
+	return unknown, moved, nil
 }
 
 func (b *batcher) fail(err error) {

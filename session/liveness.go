@@ -14,6 +14,13 @@ import (
 // session. A heartbeat that gets it is not acknowledged.
 var ErrNotLeading = errors.New("no leader could renew the session")
 
+// ErrMoved: the leader knows the session but did not renew it, because
+// its slot is moving, or moved, to another group (groups.md §8.2 rule
+// 1): the group does not serve it any more. A heartbeat that gets it is
+// not acknowledged, and the session is not ended either: its stream ends
+// MOVING, and the client re-attaches to the group that serves it.
+var ErrMoved = errors.New("the session's slot is moving to another group: not renewed here")
+
 // Expirer proposes an ExpireSession entry and returns once it is applied.
 type Expirer interface {
 	Expire(ctx context.Context, session uint64) error
@@ -37,8 +44,10 @@ type Log interface {
 // Forwarder carries a follower's heartbeats to the leader.
 type Forwarder interface {
 	// Touch asks the leader to renew the sessions ids and returns those it
-	// does not know (ended). An error means none was renewed.
-	Touch(ctx context.Context, ids []uint64) (unknown []uint64, err error)
+	// does not know (ended), and those it knows but did not renew because
+	// their slot is moving to another group (ErrMoved): neither list
+	// holds an id of the other. An error means none was renewed.
+	Touch(ctx context.Context, ids []uint64) (unknown, moved []uint64, err error)
 }
 
 // Info is a session as the applied state has it: its id and TTL (the
@@ -184,7 +193,9 @@ func (l *Liveness) Ended(id uint64) { l.t.Ended(id) }
 // see DESIGN.md). known is false when the session has ended. err is
 // ErrNotLeading when no leader renewed it (among them a leader that has
 // not re-armed yet, or whose leadership was not confirmed: no answer
-// rather than a wrong one), or the error of ctx.
+// rather than a wrong one), ErrMoved when the leader refused it because
+// the session's slot is moving (a follower's batch only: the leader's own
+// streams ask the state machine themselves), or the error of ctx.
 func (l *Liveness) Heartbeat(ctx context.Context, id uint64) (known bool, err error) {
 	type answer struct {
 		known bool

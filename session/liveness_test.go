@@ -88,30 +88,35 @@ func (r *fakeLog) counts() (barriers, reads int) {
 }
 
 // fakeForwarder records the batches it carries and when; the leader does
-// not know the ids in unknown, and err fails every batch.
+// not know the ids in unknown, refuses those in moved (their slot moves),
+// and err fails every batch. It answers each list in descending order:
+// the batcher must not rely on the leader's order.
 type fakeForwarder struct {
 	mu      sync.Mutex
 	calls   [][]uint64
 	at      []time.Time
 	unknown []uint64
+	moved   []uint64
 	err     error
 }
 
-func (f *fakeForwarder) Touch(ctx context.Context, ids []uint64) ([]uint64, error) {
+func (f *fakeForwarder) Touch(ctx context.Context, ids []uint64) (unknown, moved []uint64, err error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls = append(f.calls, slices.Clone(ids))
 	f.at = append(f.at, time.Now())
 	if f.err != nil {
-		return nil, f.err
+		return nil, nil, f.err
 	}
-	var unknown []uint64
-	for _, id := range ids {
-		if slices.Contains(f.unknown, id) {
+	for _, id := range slices.Backward(ids) {
+		switch {
+		case slices.Contains(f.moved, id):
+			moved = append(moved, id)
+		case slices.Contains(f.unknown, id):
 			unknown = append(unknown, id)
 		}
 	}
-	return unknown, nil
+	return unknown, moved, nil
 }
 
 func (f *fakeForwarder) batches() [][]uint64 {
@@ -184,6 +189,45 @@ func TestFollowerBatchesHeartbeats(t *testing.T) {
 		for i := range n {
 			if errs[i] != nil || known[i] != (i%50+1 != 7) {
 				t.Fatalf("heartbeat %d of session %d: known=%v err=%v", i, i%50+1, known[i], errs[i])
+			}
+		}
+	})
+}
+
+// A session the leader refused because its slot moves (groups.md §8.2)
+// is answered ErrMoved, to each of its heartbeats: neither renewed nor
+// ended; the others of the batch are renewed or ended as before.
+func TestFollowerBatchReportsMovedSessions(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := start(t, &fakeLog{})
+		r.fwd.unknown = []uint64{7}
+		r.fwd.moved = []uint64{3, 12, 40}
+		const n = 100
+		known := make([]bool, n)
+		errs := make([]error, n)
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Go(func() { known[i], errs[i] = r.l.Heartbeat(t.Context(), uint64(i%50+1)) })
+		}
+		wg.Wait()
+		if calls := r.fwd.batches(); len(calls) != 1 {
+			t.Fatalf("%d forwarded calls, want 1", len(calls))
+		}
+		for i := range n {
+			id := uint64(i%50 + 1)
+			switch {
+			case slices.Contains(r.fwd.moved, id):
+				if known[i] || !errors.Is(errs[i], ErrMoved) || errors.Is(errs[i], ErrNotLeading) {
+					t.Fatalf("heartbeat %d of moved session %d: known=%v err=%v, want ErrMoved", i, id, known[i], errs[i])
+				}
+			case id == 7:
+				if known[i] || errs[i] != nil {
+					t.Fatalf("heartbeat %d of unknown session 7: known=%v err=%v, want ended", i, known[i], errs[i])
+				}
+			default:
+				if !known[i] || errs[i] != nil {
+					t.Fatalf("heartbeat %d of session %d: known=%v err=%v, want renewed", i, id, known[i], errs[i])
+				}
 			}
 		}
 	})

@@ -180,7 +180,9 @@ func (s *replayedStream) Send(m *pb.SessionDown) error { return s.SendMsg(m) }
 // follower's server sends its own group's only; a caller may mix them)
 // and answers the union of the groups' unknown and moved sessions. A
 // session starts in the group of its id's top 16 bits and moves with its
-// namespace's slot (groups.md §8.2): sessionGroup finds it.
+// namespace's slot (groups.md §8.2): sessionGroup finds it. A moved
+// session dropped from the answer would read as renewed to the follower,
+// which would acknowledge its heartbeat (I3).
 func (r *router) Touch(ctx context.Context, req *pb.TouchRequest) (*pb.TouchResponse, error) {
 	byGroup := map[*group][]uint64{}
 	var order []*group

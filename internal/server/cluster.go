@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 
 	"google.golang.org/grpc"
@@ -124,22 +125,51 @@ func (s *Server) Promote(ctx context.Context, req *pb.PromoteRequest) (*pb.Promo
 // follower (session liveness's Renew). Only the leader answers, once it
 // has re-armed, and only to a member (member.go).
 //
-// Ownership comes first (groups.go): a session whose slot this group
-// does not serve is not renewed, and is answered unknown, the only "not
-// renewed" TouchResponse has; the follower's stream then ends "moving"
-// when its own replica does not serve the slot either (sessionEnded),
-// "closed" only when it still does, which a follower behind the leader's
-// Freeze could. Never with one group. Phase 3, which moves Touch per
-// group, adds a moving answer to TouchResponse and checks ownership again
-// after the leadership confirmation that covers a renewal (groups.md I3).
+// Ownership comes first and last (groups.go; groups.md I3, §8.2 rule 1).
+// A session whose slot this group does not serve is not renewed; one
+// whose slot it no longer serves once Renew returns, which is after the
+// confirmation of leadership that covers the renewal, is not
+// acknowledged. Both are answered in moved, never in unknown: unknown
+// ends the client's session, moved ends its stream MOVING and the client
+// re-attaches to the group that serves it. Checking only before the
+// renewal would not do: a Freeze applied between the renewal and the
+// confirmation would let this group acknowledge a heartbeat after the
+// target armed the session, and the client's J pass the target's E. With
+// one group nothing is ever moved, and the checks cost one read lock per
+// batch.
 func (s *Server) Touch(ctx context.Context, req *pb.TouchRequest) (*pb.TouchResponse, error) {
 	if err := s.memberOnly(ctx, "Cluster.Touch"); err != nil { // member.go
 		return nil, err
 	}
+	lost := s.m.SlotsLost()
 	ids, refused := s.ownedSessions(req.SessionIds)
 	unknown, err := s.live.Renew(ctx, ids...)
 	if err != nil {
 		return nil, toStatus(s.notLeader())
 	}
-	return &pb.TouchResponse{Unknown: append(unknown, refused...)}, nil
+	// After the confirmation: a slot frozen meanwhile refuses its
+	// sessions here, renewed or not (a Freeze drops their deadlines, so
+	// they may come back unknown): moved, not unknown. If the slot was
+	// dropped too (a whole move can fit in a slow confirmation round) the
+	// machine no longer knows its sessions: when this group lost a slot
+	// meanwhile (SlotsLost, counted with the entry, so read after the
+	// state it covers), a session it does not know is not taken for
+	// renewed, nor for ended, but answered moved too. A session that
+	// merely ended meanwhile then ends at its client's next attach, a
+	// little later.
+	var late []uint64
+	if s.m.SlotsLost() != lost { // none lost: the first check holds (none with one group)
+		late = s.m.UnservedSessions(ids)
+	}
+	if len(late) > 0 {
+		if len(unknown) > 0 {
+			set := make(map[uint64]bool, len(late)) // a whole slot's may be here
+			for _, id := range late {
+				set[id] = true
+			}
+			unknown = slices.DeleteFunc(unknown, func(id uint64) bool { return set[id] })
+		}
+		refused = append(refused, late...)
+	}
+	return &pb.TouchResponse{Unknown: unknown, Moved: refused}, nil
 }

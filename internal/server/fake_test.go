@@ -61,6 +61,10 @@ type fakeReplica struct {
 	// unfit is what Unfit returns (raftnode's fences); the node's gRPC
 	// server refuses calls with it, as internal/node's does (FenceUnary).
 	unfit error
+	// onBarrier, when set, runs at the start of every ReadBarrier, before
+	// the log's lock is taken: what a test makes happen while a barrier
+	// (a confirmation of leadership) is in flight.
+	onBarrier atomic.Pointer[func()]
 }
 
 var _ Replica = (*fakeReplica)(nil)
@@ -136,6 +140,9 @@ func (r *fakeReplica) Propose(ctx context.Context, data []byte) (raftnode.Propos
 }
 
 func (r *fakeReplica) ReadBarrier(ctx context.Context) error {
+	if f := r.onBarrier.Load(); f != nil {
+		(*f)()
+	}
 	r.log.mu.Lock()
 	defer r.log.mu.Unlock()
 	if r.log.leader != r.id || r.deposed {

@@ -47,22 +47,22 @@ func (s *Server) owns(ns string, session uint64) error {
 
 // ownedSessions splits ids into those whose slot this group serves (or
 // that it does not know) and those it refuses (OwnsSession), in order;
-// ids itself, unsplit, when none is refused (always, with one group).
+// ids itself, unsplit, when none is refused (always, with one group, at
+// the cost of one read lock).
 func (s *Server) ownedSessions(ids []uint64) (owned, refused []uint64) {
-	for i, id := range ids {
-		if s.m.OwnsSession(id) == nil {
-			if refused != nil {
-				owned = append(owned, id)
-			}
+	refused = s.m.RefusedSessions(ids)
+	if len(refused) == 0 {
+		return ids, nil
+	}
+	// refused is a subsequence of ids: one walk splits them.
+	owned = make([]uint64, 0, len(ids)-len(refused))
+	j := 0
+	for _, id := range ids {
+		if j < len(refused) && refused[j] == id {
+			j++
 			continue
 		}
-		if refused == nil {
-			owned = append(make([]uint64, 0, len(ids)), ids[:i]...)
-		}
-		refused = append(refused, id)
-	}
-	if refused == nil {
-		return ids, nil
+		owned = append(owned, id)
 	}
 	return owned, refused
 }
@@ -76,4 +76,18 @@ func (s *Server) sessionEnded(ns string, id uint64, msg string) error {
 		return toStatus(err)
 	}
 	return toStatus(&fsm.Error{Code: fsm.CodeSessionClosed, Msg: "session " + strconv.FormatUint(id, 10) + " " + msg})
+}
+
+// movingErr is the error that ends session id's stream in ns when its
+// slot moves to another group (a Freeze applied here, or the leader's
+// refusal of its renewal: session.ErrMoved): this replica's own refusal
+// when it has one, else CodeMoving for ns, which this replica has not
+// seen frozen yet. Either is a retryable Unavailable with "moving" in its
+// metadata, never "closed" (FailedPrecondition ends the client's
+// session).
+func (s *Server) movingErr(ns string, id uint64) error {
+	if err := s.owns(ns, id); err != nil {
+		return toStatus(err)
+	}
+	return toStatus(fsm.MovingError(ns, "session "+strconv.FormatUint(id, 10)+" of namespace "+strconv.Quote(ns)+" was not renewed: its slot is moving to another group; attach again"))
 }

@@ -55,6 +55,10 @@ type sub struct {
 	// replaced is closed when a newer attach of the session took this
 	// stream's place (hub.maxStreams).
 	replaced chan struct{}
+	// moving is closed when the session's slot froze here (a Freeze
+	// applied: moving): this group serves the session no more, and its
+	// stream ends MOVING (groups.md §8.2).
+	moving chan struct{}
 }
 
 // DefaultMaxStreamsPerSession is how many streams one session may have
@@ -168,7 +172,7 @@ func (h *hub) subscribe(session uint64, sync func() (seq uint64, err error)) (*s
 		return nil, err
 	}
 	h.serial++
-	s := &sub{session: session, after: seq, serial: h.serial, ready: make(chan struct{}, 1), gone: make(chan struct{}), replaced: make(chan struct{})}
+	s := &sub{session: session, after: seq, serial: h.serial, ready: make(chan struct{}, 1), gone: make(chan struct{}), replaced: make(chan struct{}), moving: make(chan struct{})}
 	subs := h.subs[session]
 	if subs == nil {
 		subs = make(map[*sub]struct{})
@@ -186,6 +190,26 @@ func (h *hub) subscribe(session uint64, sync func() (seq uint64, err error)) (*s
 	}
 	subs[s] = struct{}{}
 	return s, nil
+}
+
+// moving ends the streams of sessions whose slot froze (a Freeze
+// applied): each is dropped and told so (its moving is closed). It runs
+// on raft's FSM goroutine after the machine applied the Freeze, under the
+// hub's lock, as subscribe's sync does: a stream is either subscribed
+// already, and ended here, or its sync reads the frozen slot and refuses
+// the attach. It returns how many streams it ended.
+func (h *hub) moving(sessions []uint64) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, id := range sessions {
+		for s := range h.subs[id] {
+			close(s.moving)
+			n++
+		}
+		delete(h.subs, id)
+	}
+	return n
 }
 
 func (h *hub) unsubscribe(s *sub) {

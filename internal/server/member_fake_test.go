@@ -63,9 +63,9 @@ func TestTouchOnlyFromMembers(t *testing.T) {
 		}
 	}
 	// The follower's forwarder: forwardContext carries the secret.
-	unknown, err := forwarder{fc.node("n2").srv}.Touch(ctx, []uint64{s.SessionId, 1 << 40})
-	if err != nil || len(unknown) != 1 || unknown[0] != 1<<40 {
-		t.Fatalf("a follower's Touch: %v, %v", unknown, err)
+	unknown, moved, err := forwarder{fc.node("n2").srv}.Touch(ctx, []uint64{s.SessionId, 1 << 40})
+	if err != nil || len(unknown) != 1 || unknown[0] != 1<<40 || len(moved) != 0 {
+		t.Fatalf("a follower's Touch: %v, %v, %v", unknown, moved, err)
 	}
 	md := metadata.Pairs(auth.MemberSecretKey, auth.MemberSecretValue(fc.node("n1").m.ClusterSecret()))
 	if _, err := lead.Touch(metadata.NewOutgoingContext(ctx, md), &pb.TouchRequest{SessionIds: []uint64{s.SessionId}}); err != nil {
@@ -94,11 +94,11 @@ func TestTouchHealsAMemberWithoutTheSecret(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	before := fc.entries()
-	if _, err := (forwarder{n2.srv}).Touch(ctx, []uint64{s.SessionId}); status.Code(err) != codes.PermissionDenied {
+	if _, _, err := (forwarder{n2.srv}).Touch(ctx, []uint64{s.SessionId}); status.Code(err) != codes.PermissionDenied {
 		t.Fatalf("Touch from a member without the secret: %v, want PermissionDenied", err)
 	}
 	eventually(t, "the secret proposed again and applied by n2", func() bool { return n2.m.ClusterSecret() == secret })
-	if _, err := (forwarder{n2.srv}).Touch(ctx, []uint64{s.SessionId}); err != nil {
+	if _, _, err := (forwarder{n2.srv}).Touch(ctx, []uint64{s.SessionId}); err != nil {
 		t.Fatalf("Touch once n2 has the secret again: %v", err)
 	}
 	for _, n := range fc.nodes {

@@ -255,7 +255,53 @@ func (s *Server) Apply(index uint64, ap fsm.Applied) {
 			s.live.Ended(e.Session)
 		}
 	}
+	if ap.Move != nil {
+		s.applyMove(ap.Move)
+	}
 	s.hub.publish(index, ap)
+}
+
+// applyMove keeps session liveness and streams right across a move of
+// slots (groups.md §8.2), after the machine applied the entry. Group 0 of
+// a cluster of one group never gets here.
+//
+//   - Freeze (source): this group serves the slots' sessions no more. Their
+//     deadlines go (its leader must not propose their expiry, which the
+//     machine would refuse anyway, nor hold them against a later leader
+//     of the target), and their streams here end MOVING at once, so that
+//     their clients re-attach to the group that will serve them. The
+//     acknowledgements stop by the ownership checks of Touch and of the
+//     stream's heartbeats, which come after the confirmation (I3).
+//   - Import (target) and Unfreeze (source, an aborted move): the group
+//     serves the sessions from this entry on, and its leader arms each
+//     with a full Expiry(TTL) from now, as a new leader does (rule 2);
+//     a follower ignores it.
+//   - Drop: the sessions went at the Freeze; nothing is left to do.
+//
+// The sessions are read once the entry's batch is applied (raft's sink
+// runs after ApplyAll): a later entry of the batch may have ended some,
+// whose end then comes in its own Applied, or, for a Drop in the same
+// batch as its Freeze, all of them. Then their streams end at their next
+// heartbeat (the ownership check) and a deadline left behind proposes an
+// expiry the machine answers as a no-op, once.
+func (s *Server) applyMove(mv *fsm.MoveApplied) {
+	switch mv.Kind {
+	case fsm.MoveFreeze:
+		ss := s.m.SlotSessions(mv.Slots)
+		ids := make([]uint64, len(ss))
+		for i, x := range ss {
+			ids[i] = x.ID
+			s.live.Ended(x.ID)
+		}
+		n := s.hub.moving(ids)
+		s.log.Info("slots frozen: their sessions are no longer renewed here, their streams end MOVING", "slots", len(mv.Slots), "epoch", mv.Epoch, "to", mv.To, "sessions", len(ids), "streams", n)
+	case fsm.MoveImport, fsm.MoveUnfreeze:
+		ss := s.m.SlotSessions(mv.Slots)
+		for _, x := range ss {
+			s.live.Opened(x.ID, time.Duration(x.TTL))
+		}
+		s.log.Info("slots served from now: their sessions armed with a full TTL", "move", mv.Kind.String(), "slots", len(mv.Slots), "epoch", mv.Epoch, "sessions", len(ss))
+	}
 }
 
 // History is the watch history this server streams watches from (Config.History).

@@ -172,6 +172,11 @@ func (s *Server) Session(stream pb.Locks_SessionServer) error {
 			return rpcerr.StreamBehind("the session's event stream fell too far behind: reconnect to resynchronise")
 		case <-sub.replaced:
 			return streamReplaced(at.SessionId, s.hub.maxStreams, s.cfg.Self.ID)
+		case <-sub.moving:
+			// Its slot froze here: this group serves it no more (groups.md
+			// §8.2). MOVING, never "closed": the client re-attaches to the
+			// group that will serve it.
+			return s.movingErr(at.Namespace, at.SessionId)
 		case err := <-recvErr:
 			return err
 		case <-s.done:
@@ -236,6 +241,7 @@ type heartbeater struct {
 // heartbeat renews the session for heartbeat hb; the answer comes later,
 // from session liveness (done).
 func (h *heartbeater) heartbeat(hb uint64) {
+	lost := h.s.m.SlotsLost() // before the check: done asks again only if a slot left since
 	if err := h.s.owns(h.ns, h.id); err != nil {
 		// Ownership first (groups.go): a session of a slot this group
 		// does not serve is neither renewed nor acknowledged here, and
@@ -249,17 +255,32 @@ func (h *heartbeater) heartbeat(hb uint64) {
 	}
 	h.s.live.HeartbeatAsync(h.id, func(known bool, err error) {
 		h.waiting.Add(-1)
-		h.done(hb, known, err)
+		h.done(hb, lost, known, err)
 	})
 }
 
 // done sends heartbeat hb's answer. It runs on session liveness's
 // goroutine, so it never blocks: an ack that finds out full is dropped,
 // and the client sends again, as for any heartbeat not acknowledged.
-func (h *heartbeater) done(hb uint64, known bool, err error) {
+//
+// A renewal is acknowledged only if this group still serves the session's
+// slot once the answer is in (groups.md I3, §8.2 rule 1): on the leader
+// the answer comes after the confirmation of leadership that covers the
+// renewal, and a Freeze applied before it ends the stream MOVING instead
+// (the leader's Touch answers a follower's batch alike: ErrMoved). lost
+// is the machine's SlotsLost read before heartbeat's ownership check: if
+// no slot left the group since, that check still holds, and the answer
+// takes no lock (always, with one group).
+func (h *heartbeater) done(hb, lost uint64, known bool, err error) {
 	ctx := h.ctx
 	var out *pb.SessionDown
 	switch {
+	case errors.Is(err, session.ErrMoved):
+		// The leader refused the session: its slot moves. Not "closed",
+		// which would end the client's session: MOVING, and the client
+		// re-attaches to the group that serves it.
+		h.fail(h.s.movingErr(h.ns, h.id))
+		return
 	case (errors.Is(err, session.ErrNotLeading) || err != nil && ctx.Err() == nil) && h.s.leaderlessFor() >= noLeaderGrace:
 		// Nobody here has been able to renew the session for longer
 		// than an election takes (this node is cut off): say so, so
@@ -274,6 +295,14 @@ func (h *heartbeater) done(hb uint64, known bool, err error) {
 	case err != nil, ctx.Err() != nil:
 		return // the stream has ended
 	case known:
+		if h.s.m.SlotsLost() != lost { // a slot left the group since heartbeat's check
+			if err := h.s.owns(h.ns, h.id); err != nil {
+				// The slot froze between the renewal and its
+				// confirmation: no ack (groups.md I3).
+				h.fail(toStatus(err))
+				return
+			}
+		}
 		out = &pb.SessionDown{Kind: &pb.SessionDown_HeartbeatAck{HeartbeatAck: &pb.HeartbeatAck{Id: hb}}}
 	}
 	select {

@@ -20,19 +20,22 @@ import (
 // forwarder sends a follower's batch of heartbeats to the leader's Touch.
 type forwarder struct{ s *Server }
 
-func (f forwarder) Touch(ctx context.Context, ids []uint64) ([]uint64, error) {
+// The leader's moved list (sessions it refused because their slot moves)
+// is passed on as it came: the batcher answers those heartbeats ErrMoved,
+// and their streams end MOVING (stream.go), never "closed".
+func (f forwarder) Touch(ctx context.Context, ids []uint64) (unknown, moved []uint64, err error) {
 	cc, err := f.s.leaderConn(ctx, f.s.notLeader())
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	resp, err := pb.NewClusterClient(cc).Touch(f.s.forwardContext(ctx), &pb.TouchRequest{SessionIds: ids})
 	if status.Code(err) == codes.PermissionDenied {
 		f.s.warnRefused(err) // member.go
 	}
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return resp.Unknown, nil
+	return resp.Unknown, resp.Moved, nil
 }
 
 // knowsLeader says whether this node knows a leader, itself or another,
