@@ -236,5 +236,58 @@ func TestDevGroups(t *testing.T) {
 	if n := strings.Count(string(out), "  1024  "); !strings.Contains(string(out), "GROUP") || n != 12 {
 		t.Fatalf("status: want a GROUP table of 3 nodes x 4 groups of 1024 slots, got %d rows:\n%s", n, out)
 	}
+	// The README's move: namespace a's slot from group 0 to group 3, while
+	// a lock of a is held by a running 'lock' (it holds it throughout).
+	run := func(args ...string) string {
+		t.Helper()
+		out, err := exec.Command(binary(t), append([]string{"--addr", d.addr}, args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("lockcluster %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	if out := run("placement", "a"); !strings.Contains(out, "group 0 of 4") {
+		t.Fatalf("placement a: want group 0 of 4:\n%s", out)
+	}
+	guard := exec.Command(binary(t), "--addr", d.addr, "-n", "a", "lock", "held", "--", "sleep", "3")
+	var guardOut testutil.Buffer
+	guard.Stdout, guard.Stderr = &guardOut, &guardOut
+	if err := guard.Start(); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 10*time.Second, "the guard holds its lock", func() bool {
+		out, err := exec.Command(binary(t), "--addr", d.addr, "-n", "a", "query").CombinedOutput()
+		return err == nil && strings.Contains(string(out), "held")
+	})
+	if out := run("slots", "move", "--namespace-of", "a", "--to", "3"); !strings.Contains(out, "moved 1 slot(s) from group 0 to group 3") {
+		t.Fatalf("slots move: %s", out)
+	}
+	if err := guard.Wait(); err != nil {
+		t.Fatalf("the lock held across the move was not kept (the guarded command ended early or failed): %v\n%s", err, guardOut.String())
+	}
+	if out := run("placement", "a"); !strings.Contains(out, "group 3 of 4") || strings.Contains(out, "moving") {
+		t.Fatalf("placement a after the move: want group 3 of 4, settled:\n%s", out)
+	}
+	// The README's commands, as it shows them.
+	if out := run("placement", "orders"); !strings.Contains(out, `namespace "orders" (slot 138): group 0 of 4, epoch 0, leader node`) {
+		t.Fatalf("placement orders: %s", out)
+	}
+	if out := run("slots", "move", "--namespace-of", "orders", "--to", "2"); !strings.Contains(out, "moved 1 slot(s) from group 0 to group 2 (epoch 1)") {
+		t.Fatalf("slots move --namespace-of orders: %s", out)
+	}
+	if out := run("slots", "move", "0-63", "--to", "1"); !strings.Contains(out, "moved 64 slot(s) from group 0 to group 1 (epoch 1)") {
+		t.Fatalf("slots move 0-63: %s", out)
+	}
+	if out := run("-n", "a", "lock", "job", "--", "echo", "ran in a again"); !strings.Contains(out, "ran in a again") {
+		t.Fatalf("lock in a after the move: %s", out)
+	}
+	bad, err := exec.Command(binary(t), "--addr", d.addr, "slots", "move", "4096", "--to", "1").CombinedOutput()
+	if err == nil || !strings.Contains(string(bad), `"4096" is not a slot`) {
+		t.Fatalf("slots move 4096: want a usage error naming it, got %v:\n%s", err, bad)
+	}
+	bad, err = exec.Command(binary(t), "--addr", d.addr, "slots", "move", "--namespace-of", "a", "--to", "9").CombinedOutput()
+	if err == nil || !strings.Contains(string(bad), "group 9 does not exist") {
+		t.Fatalf("slots move --to 9: want an error naming group 9, got %v:\n%s", err, bad)
+	}
 	d.interrupt(t)
 }

@@ -356,6 +356,9 @@ func (n *Node) adapter(m *fsm.Machine, hist *watchhist.History, h *sinkHolder, l
 			hist.Skip(i)
 		}
 		h.apply(i, ap)
+		if ap.Move != nil {
+			n.kickMover() // the move's next step may be this node's (mover.go)
+		}
 	}), raftfsm.WithRestored(hist.Restored), raftfsm.WithLogger(log))
 }
 

@@ -209,12 +209,39 @@ func (r *router) Touch(ctx context.Context, req *pb.TouchRequest) (*pb.TouchResp
 		}
 		resp, err := g.srv.Touch(ctx, sub)
 		if err != nil {
-			return nil, err
+			if len(byGroup) == 1 {
+				return nil, err
+			}
+			// Sessions this node found in another group than the rest (they
+			// moved) whose group does not answer here (not its leader):
+			// not renewed; "moved" ends their streams, and their clients
+			// re-attach where the slot lives now.
+			out.Moved = append(out.Moved, ids...)
+			continue
 		}
 		out.Unknown = append(out.Unknown, resp.GetUnknown()...)
 		out.Moved = append(out.Moved, resp.GetMoved()...)
 	}
+	if len(out.Unknown) > 0 && r.lostSlots() {
+		// A session unknown here may have moved with its slot while this
+		// node's replica of its new group lags (Freeze, Import and Drop all
+		// applied in its old group): "unknown" would end it. Say "moved":
+		// its stream ends MOVING, its client re-attaches, and the attach
+		// says "closed" if it has in fact ended.
+		out.Moved = append(out.Moved, out.Unknown...)
+		out.Unknown = nil
+	}
 	return out, nil
+}
+
+// lostSlots reports whether any group on this node ever gave slots away.
+func (r *router) lostSlots() bool {
+	for _, g := range r.groups {
+		if g.machine.SlotsLost() > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // sessionGroup is the group that holds session id as this node's

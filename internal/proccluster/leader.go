@@ -136,6 +136,14 @@ func WaitGroups(ctx context.Context, d time.Duration, addrs []string, opts ...lo
 				return false
 			}
 		}
+		// The sum holds before the spread begins too (group 0 owns every
+		// slot): each node's health says ready only once its replicas show
+		// the spread done.
+		for _, addr := range addrs {
+			if !healthy(ctx, addr, opts) {
+				return false
+			}
+		}
 		return true
 	})
 	if !ok {
@@ -150,4 +158,17 @@ func (c *Cluster) Groups(ctx context.Context, d time.Duration) error {
 		return fmt.Errorf("%w; the nodes' logs are in %s", err, c.Dir)
 	}
 	return nil
+}
+
+// healthy reports whether the node at addr answers its health check
+// serving (gRPC health: a leader in every group, fit, the spread done).
+func healthy(ctx context.Context, addr string, opts []lockcluster.Option) bool {
+	a, err := lockcluster.DialAdmin([]string{addr}, opts...)
+	if err != nil {
+		return false
+	}
+	defer a.Close()
+	hctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	return a.Health(hctx) == nil
 }
