@@ -265,15 +265,28 @@ func (s *clientSession) run() {
 			s.end(fmt.Errorf("%w: %s", ErrSessionLost, st.Message()))
 			return
 		}
-		s.c.rotate(i)
+		wait := s.reattachAfter(err, backoff)
+		if slotMoving(err) {
+			// The namespace's slot moves to another group: the node is
+			// fine and parks the attach until the slot lands. Come back to
+			// it soon, spread a little (a slot's sessions all end at once).
+			wait = rand.N(movingSpread + 1)
+		} else {
+			s.c.rotate(i)
+			backoff = min(2*backoff, 500*time.Millisecond)
+		}
 		select {
 		case <-s.ctx.Done():
 			return
-		case <-time.After(s.reattachAfter(err, backoff)):
+		case <-time.After(wait):
 		}
-		backoff = min(2*backoff, 500*time.Millisecond)
 	}
 }
+
+// movingSpread spreads the re-attaches of a moving slot's sessions: the
+// node they come back to parks each attach until the slot serves again
+// (typically tens of milliseconds), so they need no TTL/20.
+const movingSpread = 20 * time.Millisecond
 
 // reattachAfter is how long to wait after a stream ended with err: the
 // jittered backoff, or the delay the node asked for (RetryInfo) if longer,

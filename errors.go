@@ -256,3 +256,20 @@ func retryDelay(err error) (time.Duration, bool) {
 	}
 	return 0, false
 }
+
+// slotMoving reports whether err ended a call or stream because the
+// namespace's slot is moving between the cluster's Raft groups (MOVING or
+// MOVED: the server's metadata says so): not a failure of the node, so
+// the client stays on it and comes back quickly.
+func slotMoving(err error) bool {
+	st, ok := status.FromError(err)
+	if !ok || st.Code() != codes.Unavailable {
+		return false
+	}
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok {
+			return info.Metadata["moving"] == "true" || info.Metadata["moved"] == "true"
+		}
+	}
+	return false
+}

@@ -71,3 +71,49 @@ func indexOf(f raft.Future) uint64 {
 	}
 	return 0
 }
+
+// ProposeAll proposes every entry of datas, in order, without waiting for
+// one before the next (raft keeps the order: one goroutine's Apply calls
+// reach its leader loop in sequence, and their commits batch), and
+// returns once each is applied or the first fails. A move's import
+// chunks go this way (internal/node). Errors are Propose's, for the
+// first entry that failed; the entries after it may or may not commit.
+func (n *Node) ProposeAll(ctx context.Context, datas [][]byte) ([]ProposeResult, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if n.isClosing() {
+		return nil, notApplied{ErrShutdown}
+	}
+	ctx, cancel, timeout := withTimeout(ctx)
+	defer cancel()
+	fs := make([]raft.ApplyFuture, len(datas))
+	for i, d := range datas {
+		fs[i] = n.raft.Apply(d, timeout)
+	}
+	out := make([]ProposeResult, 0, len(fs))
+	for _, f := range fs {
+		resolved, err := n.await(ctx, f)
+		if !resolved {
+			return out, fmt.Errorf("%w: stopped waiting for the entry: %v", ErrOutcomeUnknown, err)
+		}
+		if err != nil {
+			return out, n.mapWriteError(err, f.Index() != 0)
+		}
+		out = append(out, ProposeResult{Index: f.Index(), Response: f.Response()})
+	}
+	return out, nil
+}
+
+// Announce appends a raft barrier (no FSM entry) without waiting for it,
+// so that the followers learn at once that what this leader committed is
+// committed: they learn a commit index only with the next AppendEntries,
+// which in an idle group comes CommitTimeout later. A move's Freeze and
+// Import are followed by one (internal/node): the other nodes' routers
+// and movers act on their own replicas. Harmless on a follower (raft
+// refuses it).
+func (n *Node) Announce() {
+	if !n.isClosing() {
+		n.raft.Barrier(defaultTimeout)
+	}
+}

@@ -147,13 +147,20 @@ func (n *Node) importMove(ctx context.Context, a, b *group, mv fsm.OutMove) (fsm
 		return fsm.Result{}, err
 	}
 	chunks := x.ImportChunks()
+	cmds := make([]fsm.Command, 0, len(chunks)+1)
 	for _, c := range chunks {
-		if r, err := b.srv.ProposeMove(ctx, c); err != nil || r.Err != nil {
-			return r, err
-		}
+		cmds = append(cmds, c)
 	}
-	r, err := b.srv.ProposeMove(ctx, x.Import())
+	rs, err := b.srv.ProposeMoves(ctx, append(cmds, x.Import()))
+	var r fsm.Result
+	if len(rs) > 0 {
+		r = rs[len(rs)-1]
+	}
+	if err == nil && r.Err == nil && len(rs) < len(cmds)+1 {
+		err = fmt.Errorf("%d of the import's %d entries applied", len(rs), len(cmds)+1)
+	}
 	if err == nil && r.Err == nil && !r.Duplicate {
+		b.raft.Announce() // the other replicas of b serve the slots as soon as they learn it
 		n.log.Info("slots imported", "from", a.id, "to", b.id, "slots", slotsString(mv.Slots), "epoch", mv.Epoch, "chunks", len(chunks), "took", time.Since(start))
 	}
 	return r, err

@@ -57,6 +57,7 @@ func (r *router) MoveSlots(ctx context.Context, req *pb.MoveSlotsRequest) (*pb.M
 	if err != nil {
 		return nil, rpcerr.Status(err)
 	}
+	from.raft.Announce() // the other nodes' movers export from their own replicas of from
 	r.node.log.Info("moving slots", "from", from.id, "to", to.id, "slots", slotsString(slots), "epoch", epoch)
 	r.node.kickMover()
 	return &pb.MoveSlotsResponse{FromGroup: uint32(from.id), Epoch: epoch}, nil

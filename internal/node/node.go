@@ -154,8 +154,9 @@ type Node struct {
 	groups     []*group
 	mux        *raftmux.Mux
 	spreadDone atomic.Bool
-	moverKick  chan struct{} // wakes the mover (mover.go)
-	groupState *groupState   // what the metrics read (groupstate.go)
+	moverKick  chan struct{}          // wakes the mover (mover.go)
+	routes     atomic.Pointer[routes] // with several groups: where each slot is served (routes.go)
+	groupState *groupState            // what the metrics read (groupstate.go)
 }
 
 // Start starts a node and returns once it serves (it may not have a leader
@@ -273,6 +274,7 @@ func (n *Node) start() error {
 			ms[i] = gr.machine
 		}
 		n.groupState.groups.Store(&ms)
+		n.routes.Store(newRoutes(n.groups))
 	}
 
 	// A pool of stream workers serves RPCs on reused goroutines instead of
@@ -298,7 +300,7 @@ func (n *Node) start() error {
 	if n.groups == nil {
 		n.srv.Register(n.grpc)
 	} else {
-		rt := &router{groups: n.groups, routes: newRoutes(n.groups), node: n}
+		rt := &router{groups: n.groups, routes: n.routes.Load(), node: n}
 		pb.RegisterLocksServer(n.grpc, rt)
 		pb.RegisterClusterServer(n.grpc, rt)
 	}
@@ -358,6 +360,9 @@ func (n *Node) adapter(m *fsm.Machine, hist *watchhist.History, h *sinkHolder, l
 		h.apply(i, ap)
 		if ap.Move != nil {
 			n.kickMover() // the move's next step may be this node's (mover.go)
+			if rt := n.routes.Load(); rt != nil {
+				rt.notify() // parked calls look again (routes.go)
+			}
 		}
 	}), raftfsm.WithRestored(hist.Restored), raftfsm.WithLogger(log))
 }

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -19,10 +20,14 @@ import (
 type routes struct {
 	groups []*group
 	owner  [fsm.Slots]atomic.Uint32
+	// changed is closed (and replaced) when a move entry applies in any
+	// of this node's replicas: parked calls look again then.
+	mu      sync.Mutex
+	changed chan struct{}
 }
 
 func newRoutes(groups []*group) *routes {
-	rt := &routes{groups: groups}
+	rt := &routes{groups: groups, changed: make(chan struct{})}
 	for s := range fsm.Slots {
 		rt.owner[s].Store(uint32(spreadGroup(uint16(s), len(groups))))
 	}
@@ -72,20 +77,36 @@ func (rt *routes) resolve(slot uint16) (*group, bool) {
 // §11: then it gives up with MOVING, which the client retries).
 const parkFor = 2 * time.Second
 
-// parkPoll is how often a parked call looks at the replicas again, and
-// the least time between two tries of one group for one call.
-const parkPoll = 2 * time.Millisecond
+// parkPoll is how long a parked call waits for a move entry to apply
+// before it looks at the replicas again anyway, and so the least time
+// between two tries of one group that refused it and still looks
+// settled here (this node's replica is behind its leader's Freeze).
+const parkPoll = 10 * time.Millisecond
+
+// notify wakes the parked calls: a move entry applied here.
+func (rt *routes) notify() {
+	rt.mu.Lock()
+	close(rt.changed)
+	rt.changed = make(chan struct{})
+	rt.mu.Unlock()
+}
+
+func (rt *routes) wait() <-chan struct{} {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	return rt.changed
+}
 
 // park waits until this node's replicas show a settled owner of slot
-// (refused: the group that refused the call), and returns it; nil when
-// deadline passes or ctx ends first. A group that refused and still looks
-// settled here (this replica is behind its leader) is tried again only
-// after parkPoll.
+// (refused: the group that refused the call, nil for none), and returns
+// it; nil when deadline passes or ctx ends first. It looks again whenever
+// a move entry applies here, and every parkPoll.
 func (rt *routes) park(ctx context.Context, slot uint16, refused *group, deadline time.Time) *group {
 	t := time.NewTimer(parkPoll)
 	defer t.Stop()
 	first := true
 	for {
+		changed := rt.wait()
 		if g, ok := rt.resolve(slot); ok && (g != refused || !first) {
 			return g
 		}
@@ -95,9 +116,10 @@ func (rt *routes) park(ctx context.Context, slot uint16, refused *group, deadlin
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-changed:
 		case <-t.C:
 			t.Reset(parkPoll)
+			first = false
 		}
-		first = false
 	}
 }

@@ -19,10 +19,8 @@ import (
 // only, and takes no member that runs another (internal/node refuses
 // joins to it). A follower gets raftnode's NotLeaderError.
 func (s *Server) ProposeMove(ctx context.Context, cmd fsm.Command) (fsm.Result, error) {
-	switch cmd.(type) {
-	case *fsm.SetGroup, *fsm.Freeze, *fsm.ImportChunk, *fsm.Import, *fsm.Drop, *fsm.Reject, *fsm.Unfreeze:
-	default:
-		return fsm.Result{}, fmt.Errorf("ProposeMove: %s is not a move entry", cmd.Type())
+	if err := moveEntry(cmd); err != nil {
+		return fsm.Result{}, err
 	}
 	node := s.replica()
 	if node == nil {
@@ -30,6 +28,64 @@ func (s *Server) ProposeMove(ctx context.Context, cmd fsm.Command) (fsm.Result, 
 	}
 	ap, _, err := s.proposeUngated(ctx, node, cmd)
 	return ap.Result, err
+}
+
+func moveEntry(cmd fsm.Command) error {
+	switch cmd.(type) {
+	case *fsm.SetGroup, *fsm.Freeze, *fsm.ImportChunk, *fsm.Import, *fsm.Drop, *fsm.Reject, *fsm.Unfreeze:
+		return nil
+	}
+	return fmt.Errorf("ProposeMove: %s is not a move entry", cmd.Type())
+}
+
+// ProposeMoves is ProposeMove for several entries, in order, proposed
+// back to back so that their commits batch (a move's import chunks and
+// its Import), where the replica can (raftnode.Node.ProposeAll); it
+// returns the machine's answer to each entry applied, and stops at the
+// first error or refusal.
+func (s *Server) ProposeMoves(ctx context.Context, cmds []fsm.Command) ([]fsm.Result, error) {
+	node := s.replica()
+	if node == nil {
+		return nil, raftnode.ErrShutdown
+	}
+	all, ok := node.(interface {
+		ProposeAll(context.Context, [][]byte) ([]raftnode.ProposeResult, error)
+	})
+	if !ok {
+		var out []fsm.Result
+		for _, c := range cmds {
+			r, err := s.ProposeMove(ctx, c)
+			if err != nil || r.Err != nil {
+				return append(out, r), err
+			}
+			out = append(out, r)
+		}
+		return out, nil
+	}
+	datas := make([][]byte, len(cmds))
+	for i, c := range cmds {
+		if err := moveEntry(c); err != nil {
+			return nil, err
+		}
+		d, err := fsm.EncodeEntry(fsm.Entry{Time: s.cfg.Now().UnixNano(), Cmd: c})
+		if err != nil {
+			return nil, err
+		}
+		datas[i] = d
+	}
+	rs, err := all.ProposeAll(ctx, datas)
+	out := make([]fsm.Result, 0, len(rs))
+	for _, r := range rs {
+		ap, ok := r.Response.(fsm.Applied)
+		if !ok {
+			return out, fmt.Errorf("internal error: entry %d applied with response %T", r.Index, r.Response)
+		}
+		out = append(out, ap.Result)
+		if ap.Result.Err != nil {
+			return out, nil
+		}
+	}
+	return out, err
 }
 
 // FenceError is the error every lockcluster.v1 call but Status gets from
