@@ -36,6 +36,9 @@ type benchFlags struct {
 	opens        int
 	floodWorkers int
 	snapEvery    time.Duration
+	moves        int
+	moveEvery    time.Duration
+	pending      int
 	holdWorkers  int
 	stableFor    time.Duration
 	trialMax     time.Duration
@@ -146,6 +149,9 @@ Progress goes to stderr once a second;
 	fl.IntVar(&f.opens, "opens", 100_000, "flood: OpenSession calls the flooding tenant makes")
 	fl.IntVar(&f.floodWorkers, "flood-workers", 64, "flood: concurrent flooding callers")
 	fl.DurationVar(&f.snapEvery, "snapshot-every", 5*time.Second, "snapshot: the pause between one snapshot's end and the next one's start")
+	fl.IntVar(&f.moves, "moves", 10, "move: how many times the namespace's slot moves (between group 0 and group 1: needs --groups 2 or more)")
+	fl.DurationVar(&f.moveEvery, "move-every", time.Second, "move: the pause after each move")
+	fl.IntVar(&f.pending, "pending", 5000, "move: requests queued behind the held locks (--locks of them held; default 5000 each)")
 	fl.IntVar(&f.holdWorkers, "hold-workers", 256, "snapshot: acquires in flight while --locks are taken")
 	fl.IntVar(&f.cfg.Watchers, "watchers", 0, "watch: how many watches of the namespace (default 1000)")
 	fl.IntVar(&f.cfg.WatchConns, "watch-conns", 0, "watch: the client connections the watches share, spread over the nodes (default 16; at most 250 watches on one)")
@@ -165,6 +171,9 @@ func runBench(g *globals, f *benchFlags, command string) error {
 			return err
 		}
 		defer pprof.StopCPUProfile()
+	}
+	if f.cfg.Workload == loadgen.Move && f.local && f.groups < 2 {
+		return &exitError{code: exitUsage, msg: fmt.Sprintf("--workload move --groups %d: a slot moves between groups: want --groups 2 or more", f.groups)}
 	}
 	addrs := g.endpoints()
 	var cluster *proccluster.Cluster
@@ -273,6 +282,8 @@ func runBench(g *globals, f *benchFlags, command string) error {
 			wc.Meter = func() func() []loadgen.ProcUsage { return loadgen.Meter(ctx, cluster).Stop }
 		}
 		res, err = loadgen.RunWatch(ctx, wc)
+	case loadgen.Move:
+		res.Move, err = loadgen.RunMove(ctx, moveConfig(g, f, addrs))
 	default:
 		res, err = loadgen.Run(ctx, d, cfg)
 	}
@@ -357,6 +368,30 @@ func leaderPID(ctx context.Context, c *proccluster.Cluster) int {
 // spreadNamespaces picks k namespaces base-0, base-1, ... so that each of
 // groups groups serves as many as the others (one more for the first k
 // mod groups), by the spread of a cluster of that many groups.
+// moveConfig is the move workload's: the moved namespace and the control
+// namespace both in group 0 (the source: the control feels the freeze and
+// the export if anything does), the slot going to group 1 and back.
+func moveConfig(g *globals, f *benchFlags, addrs []string) loadgen.MoveConfig {
+	var moved, control string
+	for i := 0; control == ""; i++ {
+		ns := fmt.Sprintf("%s-move-%d", g.namespace, i)
+		if node.SpreadGroup(ns, f.groups) != 0 {
+			continue
+		}
+		if moved == "" {
+			moved = ns
+		} else if lockcluster.SlotOf(ns) != lockcluster.SlotOf(moved) {
+			control = ns
+		}
+	}
+	held := f.cfg.Locks
+	if held == 100_000 { // the flag's default is the held workload's
+		held = 5000
+	}
+	return loadgen.MoveConfig{Endpoints: addrs, Moved: moved, Control: control, Groups: [2]int{0, 1}, Held: held, Pending: min(f.pending, held),
+		Sessions: 100, Probes: max(f.cfg.Workers/2, 1), Moves: f.moves, Every: f.moveEvery, Progress: os.Stderr}
+}
+
 func spreadNamespaces(base string, k, groups int) []string {
 	groups = max(groups, 1)
 	per := make([]int, groups)

@@ -168,3 +168,43 @@ func TestBenchWatch(t *testing.T) {
 		t.Errorf("events %d, lag %+v, per watcher min %.1f/s, processes %+v", w.Events, w.Lag, w.WatcherEventsPerSecMin, r.Processes)
 	}
 }
+
+// 'bench --workload move' (issue 27): a namespace's slot moves between
+// two groups while it holds locks and queues requests, and probes in it
+// and in a control namespace take locks throughout: every move is
+// measured, and none loses a lock, a session or a call.
+func TestBenchMove(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a cluster")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, binary(t), "bench", "--local", "--groups", "2", "--workload", "move", "--locks", "200", "--pending", "100",
+		"--moves", "3", "--move-every", "200ms", "--workers", "4", "-o", "json")
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%v (deadline: %v)\nstderr:\n%s", err, ctx.Err(), stderr.String())
+	}
+	var r loadgen.Result
+	if err := json.Unmarshal(stdout.Bytes(), &r); err != nil {
+		t.Fatalf("%v\n%s", err, stdout.String())
+	}
+	m := r.Move
+	if m == nil || m.Moves != 3 || m.Held != 200 || m.Pending != 100 {
+		t.Fatalf("move result %+v", m)
+	}
+	if m.Errors != 0 || m.LocksLost != 0 || m.SessionsLost != 0 {
+		t.Errorf("errors %d %v, locks lost %d, sessions lost %d", m.Errors, m.ErrorSamples, m.LocksLost, m.SessionsLost)
+	}
+	if m.Took.Count != 3 || m.Took.P50MS <= 0 || m.Stall.Count != 3 || m.ControlStall.Count != 3 || m.Calls.Count == 0 || m.ControlCalls.Count == 0 {
+		t.Errorf("took %+v, stall %+v, control %+v, calls %d/%d", m.Took, m.Stall, m.ControlStall, m.Calls.Count, m.ControlCalls.Count)
+	}
+	if !strings.HasPrefix(r.AppliedHashes, "equal at index ") {
+		t.Errorf("applied hashes: %q", r.AppliedHashes)
+	}
+	bad, err := exec.CommandContext(ctx, binary(t), "bench", "--local", "--workload", "move").CombinedOutput()
+	if err == nil || !strings.Contains(string(bad), "--groups 2 or more") {
+		t.Errorf("move on one group: want a usage error, got %v:\n%s", err, bad)
+	}
+}

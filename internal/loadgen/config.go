@@ -18,10 +18,11 @@ const (
 	HeldLocks   = "held"        // acquire many locks and keep them (memory)
 	Snapshots   = "snapshot"    // hold many locks, run pairs, snapshot now and then
 	Watch       = "watch"       // uncontended pairs while many watches follow the namespace
+	Move        = "move"        // a namespace's slot moves between groups under load (RunMove)
 )
 
 // Workloads lists every workload, in the order reports use.
-var Workloads = []string{Uncontended, Contended, RW, IfAvailable, Churn, Idle, Failover, HeldLocks, Flood, Snapshots, Watch}
+var Workloads = []string{Uncontended, Contended, RW, IfAvailable, Churn, Idle, Failover, HeldLocks, Flood, Snapshots, Watch, Move}
 
 // Config describes one run.
 type Config struct {

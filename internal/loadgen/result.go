@@ -46,6 +46,7 @@ type Result struct {
 	Flood    *FloodResult    `json:"flood,omitempty"`
 	Snapshot *SnapLatResult  `json:"snapshot,omitempty"`
 	Watch    *WatchResult    `json:"watch,omitempty"`
+	Move     *MoveResult     `json:"move,omitempty"`
 
 	// RaftTimers are the leader's raft timers (p50, p99 in ms) at the end
 	// of the run, when its /metrics has them (see RaftTimers).
@@ -73,7 +74,7 @@ func rate(n int64, seconds float64) float64 {
 func (r *Result) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "%s %s: %d workers, %d sessions, hold %gms, %.1fs measured\n", r.Driver, r.Workload, r.Workers, r.Sessions, r.HoldMS, r.DurationS)
-	if r.Pairs > 0 || r.Workload != Idle && r.Workload != HeldLocks && r.Workload != Failover && r.Workload != Flood && r.Workload != Snapshots {
+	if r.Pairs > 0 || r.Workload != Idle && r.Workload != HeldLocks && r.Workload != Failover && r.Workload != Flood && r.Workload != Snapshots && r.Workload != Move {
 		fmt.Fprintf(tw, "pairs\t%d\t%.1f/s\n", r.Pairs, r.PairsPerSec)
 	}
 	if r.Handoffs > 0 {
@@ -131,6 +132,9 @@ func (r *Result) WriteTable(w io.Writer) error {
 	}
 	if r.Watch != nil {
 		r.Watch.write(tw)
+	}
+	if r.Move != nil {
+		r.Move.write(tw)
 	}
 	for _, t := range raftTimers {
 		if v, ok := r.RaftTimers[t]; ok {
