@@ -35,7 +35,41 @@ func TestMoveSlotWhileServing(t *testing.T) {
 		t.Cleanup(func() { cl.Close(context.Background()) })
 		return cl
 	}
-	holder, waiter, worker := dial(), dial(), dial()
+	holder, waiter, worker, watching := dial(), dial(), dial(), dial()
+	// A watch of "x" across the moves must see every grant of x: as a
+	// change, or in a snapshot that resynchronises it.
+	w, err := watching.Watch(ctx, lockcluster.WatchOptions{Names: []string{"x"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	var seenMu sync.Mutex
+	seen := map[uint64]bool{} // tokens of x's grants the watch showed
+	go func() {
+		for {
+			ev, err := w.Next(ctx)
+			if err != nil {
+				return
+			}
+			seenMu.Lock()
+			if ev.Snapshot != nil {
+				for _, h := range ev.Snapshot.Held {
+					seen[h.Token] = true
+				}
+			}
+			for _, ch := range ev.Changes {
+				if ch.Kind == lockcluster.ChangeGranted {
+					seen[ch.Token] = true
+				}
+			}
+			seenMu.Unlock()
+		}
+	}()
+	sawGrant := func(token uint64) bool {
+		seenMu.Lock()
+		defer seenMu.Unlock()
+		return seen[token]
+	}
 	admin, err := lockcluster.DialAdmin(c.Addrs())
 	if err != nil {
 		t.Fatal(err)
@@ -130,6 +164,7 @@ func TestMoveSlotWhileServing(t *testing.T) {
 			t.Errorf("round %d: the waiter's token %d is not above the holder's %d: tokens must grow across a move", round, l.Token(), held.Token())
 		}
 		token = l.Token()
+		c.WaitFor(10*time.Second, "the watch of x shows the grant made after the move", func() bool { return sawGrant(l.Token()) })
 		if err := l.Release(ctx); err != nil {
 			t.Fatal(err)
 		}

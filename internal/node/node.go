@@ -352,9 +352,12 @@ func (n *Node) start() error {
 func (n *Node) adapter(m *fsm.Machine, hist *watchhist.History, h *sinkHolder, log hclog.Logger) *raftfsm.FSM {
 	return raftfsm.New(m, raftfsm.WithSink(func(i uint64, t int64, ap fsm.Applied) {
 		n.metrics.Applied(i, ap)
-		if ap.Kept {
+		if ap.Kept && (ap.Move == nil || ap.Move.Kind != fsm.MoveImport) {
 			hist.Append(i, t, ap.Changes)
 		} else {
+			// An Import brings namespaces whose earlier changes are in
+			// another group's log: no watch resumes across it here (it
+			// gets COMPACTED and starts again from a snapshot).
 			hist.Skip(i)
 		}
 		h.apply(i, ap)

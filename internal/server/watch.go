@@ -209,7 +209,26 @@ func (s *Server) Watch(req *pb.WatchRequest, stream grpc.ServerStreamingServer[p
 	hold := time.NewTimer(time.Hour)
 	hold.Stop()
 	defer hold.Stop()
+	// A slot that leaves this group (a Freeze) takes its changes to
+	// another group's log: a progress from this one would then claim that
+	// nothing changed. So the watch ends MOVING once its namespace's slot
+	// left, checked before every send; the client resumes where the
+	// namespace lives now (from a snapshot: node.go cuts the watch history
+	// at an Import).
+	lost := s.m.SlotsLost()
+	movedAway := func() error {
+		if l := s.m.SlotsLost(); l != lost {
+			lost = l
+			if err := s.owns(sel.ns, 0); err != nil {
+				return toStatus(err)
+			}
+		}
+		return nil
+	}
 	for {
+		if err := movedAway(); err != nil {
+			return err
+		}
 		var wake <-chan struct{}
 		if !out.busy {
 			batches, upTo, w, oldest, compacted := s.hist.Next(after, watchRound)
@@ -246,6 +265,9 @@ func (s *Server) Watch(req *pb.WatchRequest, stream grpc.ServerStreamingServer[p
 				return err
 			}
 		case <-progress.C:
+			if err := movedAway(); err != nil {
+				return err
+			}
 			if !out.busy {
 				out.send([]*pb.WatchResponse{{Kind: &pb.WatchResponse_Progress{Progress: &pb.WatchProgress{Index: s.m.Logical(after)}}}})
 			}
