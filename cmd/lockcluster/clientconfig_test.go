@@ -29,6 +29,7 @@ var argsFor = map[string][]string{
 	"lockcluster promote":       {"node9"},
 	"lockcluster snapshot save": {"SNAPSHOT"},
 	"lockcluster bench":         {"--duration", "1s"},
+	"lockcluster slots move":    {"7", "--to", "1"},
 }
 
 // knock is a listener that reports its first connection, and answers none.

@@ -70,11 +70,16 @@ func waitReady(ctx context.Context, c Cluster, d time.Duration) error {
 		sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		sts := a.Status(sctx)
 		cancel()
-		ready := true
+		ready, groups := true, false
 		for _, st := range sts {
 			if st.Err != "" || st.Unfit != "" || st.LeaderAddr == "" {
 				ready, last = false, fmt.Sprintf("%s: leader %q at %q %s", st.Addr, st.LeaderID, st.LeaderAddr, st.Err)
 			}
+			groups = groups || len(st.Groups) > 0
+		}
+		if ready && groups {
+			// Several groups: every group led on every node, the spread done.
+			return proccluster.WaitGroups(ctx, time.Until(deadline), c.Endpoints())
 		}
 		if ready {
 			return nil

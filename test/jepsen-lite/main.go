@@ -85,9 +85,10 @@ func mainArgs(args []string, out io.Writer) int {
 	cfg := config{Log: out, Nodes: 3}
 	var nemeses, workloads string
 	fs.DurationVar(&cfg.Time, "time", 60*time.Second, "how long to inject faults under load")
-	fs.StringVar(&nemeses, "nemesis", "all", "faults, comma-separated: kill, pause, pause-client, isolate-leader, split, bridge, one-way, delay, restart-cluster, stale-leader; partition; all; none")
+	fs.StringVar(&nemeses, "nemesis", "all", "faults, comma-separated: kill, pause, pause-client, isolate-leader, split, bridge, one-way, delay, restart-cluster, stale-leader, move (with --groups 2 or more); partition; all; none")
 	fs.StringVar(&workloads, "workload", "all", "workloads, comma-separated: mutex, lease, rw, steal, scoped, ifavailable, timeout, records; all")
 	fs.IntVar(&cfg.WatchHistory, "watch-history", 0, "the nodes' --watch-history: changes kept for watches to resume from (0: the nodes' default); a small one makes the watches Resync after COMPACTED")
+	fs.IntVar(&cfg.Groups, "groups", 1, "the nodes' --groups: Raft groups of the cluster (the move nemesis moves the namespace's slot between them; it is skipped with one)")
 	fs.IntVar(&cfg.Watchers, "watchers", 3, "watches of every name of the namespace for the whole run (one more of the records' names with --workload records); 0: none")
 	fs.IntVar(&cfg.Clients, "clients", 14, "client goroutines (each its own session), spread over the workloads")
 	fs.IntVar(&cfg.ClientProcs, "client-procs", 2, "client processes running the mutex workload (pause-client pauses them)")

@@ -26,7 +26,7 @@ const (
 	// elected a new leader.
 )
 
-var allNemeses = []string{nKill, nPause, nPauseClient, nIsolateLeader, nSplit, nBridge, nOneWay, nDelay, nRestartCluster, nStaleLeader}
+var allNemeses = []string{nKill, nPause, nPauseClient, nIsolateLeader, nSplit, nBridge, nOneWay, nDelay, nRestartCluster, nStaleLeader, nMove}
 
 var nemesisGroups = map[string][]string{
 	"all":       allNemeses,
@@ -75,6 +75,10 @@ type nemesis struct {
 	// pin starts clients whose only endpoint is node i's (seeded with
 	// seed) and returns what stops them; nil: none.
 	pin     func(i int, seed int64) (stop func())
+	// ns and groups: the run's namespace and the cluster's Raft groups
+	// (the move nemesis, nemesis_move.go).
+	ns      string
+	groups  int
 	n       int // faults so far
 	counts  map[string]int
 	skipped map[string]int
@@ -170,6 +174,8 @@ func (nm *nemesis) inject(ctx context.Context, kind string) error {
 		return nm.pauseClient(ctx)
 	case nStaleLeader:
 		return nm.staleLeader(ctx)
+	case nMove:
+		return nm.move(ctx)
 	case nDelay:
 		net := nm.c.Net()
 		if net == nil {

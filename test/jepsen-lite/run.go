@@ -26,6 +26,9 @@ type config struct {
 	// WatchHistory is the nodes' --watch-history (0: their default); a
 	// small one makes watches resume into COMPACTED and Resync.
 	WatchHistory int
+	// Groups is the nodes' --groups (0 or 1: one group); the move
+	// nemesis needs 2 or more.
+	Groups int
 	ClientProcs  int // client processes (mutex workload), the ones pause-client pauses
 	Nodes        int
 	Seed         int64
@@ -175,6 +178,9 @@ func (rn *runner) cluster() (Cluster, error) {
 	if rn.cfg.WatchHistory > 0 {
 		extra = append(extra, fmt.Sprintf("--watch-history=%d", rn.cfg.WatchHistory))
 	}
+	if rn.cfg.Groups > 1 {
+		extra = append(extra, fmt.Sprintf("--groups=%d", rn.cfg.Groups))
+	}
 	return newLocalCluster(bin, data, rn.cfg.Nodes, extra...)
 }
 
@@ -225,7 +231,7 @@ func (rn *runner) load(ctx context.Context) {
 	rn.logf("%d client goroutines, an observer and %d client processes in namespace %s; faults %v for %s",
 		cfg.Clients, len(procs), rn.ns, cfg.Nemeses, cfg.Time)
 	rn.faults = &nemesis{c: rn.c, kinds: cfg.Nemeses, rng: rand.New(rand.NewSource(rng.Int63())), sink: rn.rec,
-		clients: procs, holding: rn.rec.Holding, ttl: cfg.TTL, pin: rn.pinned(wctx, base, &wg)}
+		clients: procs, holding: rn.rec.Holding, ttl: cfg.TTL, pin: rn.pinned(wctx, base, &wg), ns: rn.ns, groups: max(cfg.Groups, 1)}
 	nctx, cancel := context.WithTimeout(ctx, cfg.Time)
 	rn.faults.run(nctx)
 	cancel()
