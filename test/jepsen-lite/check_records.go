@@ -284,6 +284,12 @@ func checkRecordsFencing(hs *history) checkResult {
 type recTimeline struct {
 	from    uint64
 	changes map[string][]recChange // by name, in index order
+	// covered are the index ranges whose every change the timeline has:
+	// the log's history, and each watch's segments (from a snapshot to its
+	// last change before the next). Between them lie holes: the indexes
+	// every watch skipped with a Resync (COMPACTED, or the resume after a
+	// move of the namespace to another group) where no log was read.
+	covered [][2]uint64 // sorted, disjoint
 }
 
 type recChange struct {
@@ -299,6 +305,8 @@ func timeline(hs *history) *recTimeline {
 	seen := map[uint64]bool{}
 	from, set := uint64(0), false
 	started := map[int]bool{}
+	var spans [][2]uint64
+	seg := map[int]int{} // each watch's open segment in spans
 	add := func(index uint64, cs []WChange) {
 		if seen[index] {
 			return
@@ -321,15 +329,23 @@ func timeline(hs *history) *recTimeline {
 			if !set || op.Index-1 < from {
 				from, set = op.Index-1, true
 			}
+			spans = append(spans, [2]uint64{op.Index, op.To})
 		case op.F == "log":
 			add(op.Index, op.Changes)
-		case op.F == "watch" && op.Value == "" && op.Result == "snapshot" && !started[op.Process]:
-			started[op.Process] = true
-			if !set || op.Index < from {
-				from, set = op.Index, true
+		case op.F == "watch" && op.Value == "" && op.Result == "snapshot":
+			if !started[op.Process] {
+				started[op.Process] = true
+				if !set || op.Index < from {
+					from, set = op.Index, true
+				}
 			}
+			seg[op.Process] = len(spans)
+			spans = append(spans, [2]uint64{op.Index, op.Index})
 		case op.F == "watch" && op.Value == "" && op.Result == "changes" && started[op.Process]:
 			add(op.Index, op.Changes)
+			if k := seg[op.Process]; op.Index > spans[k][1] {
+				spans[k][1] = op.Index
+			}
 		}
 	}
 	if len(seen) == 0 {
@@ -339,7 +355,36 @@ func timeline(hs *history) *recTimeline {
 		sort.Slice(cs, func(i, j int) bool { return cs[i].index < cs[j].index })
 	}
 	tl.from = from
+	tl.covered = mergeSpans(spans)
 	return tl
+}
+
+// mergeSpans sorts index ranges and merges those that overlap or touch.
+func mergeSpans(spans [][2]uint64) [][2]uint64 {
+	sort.Slice(spans, func(i, j int) bool { return spans[i][0] < spans[j][0] })
+	var out [][2]uint64
+	for _, s := range spans {
+		if n := len(out); n > 0 && s[0] <= out[n-1][1]+1 {
+			out[n-1][1] = max(out[n-1][1], s[1])
+			continue
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// covers reports whether the timeline has every change of indexes
+// after..to (a hole in between: a change there may be missing).
+func (tl *recTimeline) covers(after, to uint64) bool {
+	if tl.covered == nil {
+		return true // a timeline built by hand (tests): whole
+	}
+	for _, c := range tl.covered {
+		if c[0] <= after+1 && to <= c[1] {
+			return true
+		}
+	}
+	return false
 }
 
 // at returns the name's record as entry index left it (ok false: the
@@ -350,10 +395,12 @@ func (tl *recTimeline) at(name string, index uint64) (rec *RecInfo, ok bool) {
 	cs := tl.changes[name]
 	i := sort.Search(len(cs), func(i int) bool { return cs[i].index > index }) - 1
 	switch {
-	case i < 0 && tl.from == 0:
+	case i < 0 && tl.from == 0 && tl.covers(0, index):
 		return nil, true // the log from its first entry: no record yet
 	case i < 0 || cs[i].index <= tl.from:
 		return nil, false
+	case !tl.covers(cs[i].index, index):
+		return nil, false // a change after it may lie in a hole
 	}
 	return cs[i].rec, true
 }

@@ -206,3 +206,37 @@ func TestWatchSettlesJeopardy(t *testing.T) {
 		t.Errorf("with a watch: settled by %d, released by %d; want %d, %d", s, r, ms(30), ms(40))
 	}
 }
+
+// Every watch skipped index 12 with a Resync (as all do when the
+// namespace moves to another group), and no log was read: the timeline
+// has a hole there, so a Resync snapshot after it (which shows the record
+// set at 12) is not held to what the watches' changes before the hole
+// said (the record set at 11). With the log read, the same snapshot is
+// compared, and a wrong one is caught.
+func TestWatchResyncHoleIsNotCompared(t *testing.T) {
+	saved := watchLogEntries
+	defer func() { watchLogEntries = saved }()
+	watchLogEntries = append(append(watchLogEntries[:0:0], saved[:2]...),
+		struct {
+			index   uint64
+			changes []WChange
+		}{12, []WChange{{Kind: "record-set", Names: []string{"rec-0"}, Session: 1, Request: 1, Token: 10, Rec: rec("rec-0", "b", 10, 12)}}},
+		saved[2])
+	noLog := func(ops []Op) []Op {
+		var out []Op
+		for _, op := range ops {
+			if op.F != "log" && op.F != "log-range" {
+				out = append(out, op)
+			}
+		}
+		return out
+	}
+	streams := [][]string{{"s9", "10", "11", "r13"}, {"s9", "10", "11", "r13"}}
+	if r := check(t, noLog(watchHistory("", streams...)), cWatch); !r.Valid {
+		t.Errorf("a Resync snapshot after a hole no watch covered was compared: %v", r.Violations)
+	}
+	if r := check(t, watchHistory("", streams...), cWatch); !r.Valid {
+		t.Errorf("with the log: %v", r.Violations)
+	}
+	wantInvalid(t, watchHistory("", []string{"s9", "10", "11", "r13!"}), cWatch, `its snapshot at index 13 has no record for rec-0, but the log shows the record "b"`)
+}

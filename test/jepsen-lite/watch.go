@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -288,30 +290,89 @@ type nodeLog struct {
 
 // readNodeLog replays node i's data directory (stopped) into a fresh
 // machine that keeps changes, and queries the namespace after each index
-// of snapshotAt.
+// of snapshotAt. On a node of several Raft groups (--groups) it replays
+// every group's log: the namespace lives in one group at a time and its
+// indexes are logical, growing across its moves, so its history is the
+// union of its entries in every group, by logical index (groupLogs).
 func readNodeLog(dir, ns string, node int, snapshotAt map[uint64]bool) nodeLog {
-	m := fsm.New()
+	if groups := groupCount(dir); groups > 1 {
+		return groupLogs(dir, ns, node, groups, snapshotAt)
+	}
+	return readGroupLog(filepath.Join(dir, "raft"), fsm.New(), ns, node, snapshotAt)
+}
+
+// readGroupLog replays one group's log (raftDir) into m; every index it
+// reports is m's logical index (the raw one with one group).
+func readGroupLog(raftDir string, m *fsm.Machine, ns string, node int, snapshotAt map[uint64]bool) nodeLog {
 	m.KeepChanges(true)
 	nl := nodeLog{node: node}
-	state := func(index uint64) {
-		if snapshotAt[index] {
+	var restored uint64 // the snapshot's logical index, as of the restore
+	state := func(raw uint64) {
+		index := m.Logical(raw)
+		if snapshotAt[index] && m.Owns(ns) == nil {
 			q := m.Query(ns)
 			nl.states = append(nl.states, Op{Process: finalProcess, Type: "event", F: "log-state", Index: index, Held: logLocks(q.Held), Pending: logLocks(q.Pending)})
 		}
 	}
-	sink := func(index uint64, _ int64, ap fsm.Applied) {
+	sink := func(raw uint64, _ int64, ap fsm.Applied) {
 		if cs := logChanges(ap.Changes, ns); len(cs) > 0 {
-			nl.entries = append(nl.entries, Op{Process: finalProcess, Type: "event", F: "log", Index: index, Changes: cs})
+			nl.entries = append(nl.entries, Op{Process: finalProcess, Type: "event", F: "log", Index: m.Logical(raw), Changes: cs})
 		}
-		state(index)
+		state(raw)
 	}
 	// One entry at a time: the sink queries the machine, which after a
 	// batch (raftfsm.ApplyBatch) would already hold the batch's later
 	// entries.
-	one := entryByEntry{raftfsm.New(m, raftfsm.WithSink(sink), raftfsm.WithRestored(state))}
-	st, err := raftnode.ReadState(filepath.Join(dir, "raft"), one, nil)
-	nl.from, nl.to, nl.err = st.SnapshotIndex+1, st.Index, err
+	one := entryByEntry{raftfsm.New(m, raftfsm.WithSink(sink), raftfsm.WithRestored(func(raw uint64) {
+		restored = m.Logical(raw)
+		state(raw)
+	}))}
+	st, err := raftnode.ReadState(raftDir, one, nil)
+	if restored == 0 && st.SnapshotIndex > 0 && m.Logical(0) == 0 {
+		restored = st.SnapshotIndex // no offset: raw and logical are one
+	}
+	nl.from, nl.to, nl.err = restored+1, m.Logical(st.Index), err
 	return nl
+}
+
+// groupCount is the number of groups a node's data directory holds
+// (DATA_DIR/groups/count; 1 without it).
+func groupCount(dir string) int {
+	b, err := os.ReadFile(filepath.Join(dir, "groups", "count"))
+	if err != nil {
+		return 1
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || n < 1 {
+		return 1
+	}
+	return n
+}
+
+// groupLogs is readNodeLog for a node of several groups: every group's
+// entries of the namespace, merged by logical index. The history covers
+// from the latest of the groups' first replayed indexes (a group that
+// restored a snapshot holds nothing before it) to the last index any
+// group reached.
+func groupLogs(dir, ns string, node, groups int, snapshotAt map[uint64]bool) nodeLog {
+	out := nodeLog{node: node}
+	for g := range groups {
+		raftDir, m := filepath.Join(dir, "raft"), fsm.New()
+		if g > 0 {
+			raftDir, m = filepath.Join(dir, "groups", "g"+strconv.Itoa(g), "raft"), fsm.NewGroup(uint16(g))
+		}
+		nl := readGroupLog(raftDir, m, ns, node, snapshotAt)
+		if nl.err != nil {
+			out.err = fmt.Errorf("group %d: %w", g, nl.err)
+			return out
+		}
+		out.from, out.to = max(out.from, nl.from), max(out.to, nl.to)
+		out.entries = append(out.entries, nl.entries...)
+		out.states = append(out.states, nl.states...)
+	}
+	sort.SliceStable(out.entries, func(i, j int) bool { return out.entries[i].Index < out.entries[j].Index })
+	sort.SliceStable(out.states, func(i, j int) bool { return out.states[i].Index < out.states[j].Index })
+	return out
 }
 
 // entryByEntry hides an FSM's ApplyBatch: raft (and raftnode.ReadState)
