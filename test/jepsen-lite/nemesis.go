@@ -74,7 +74,7 @@ type nemesis struct {
 	shorten   int           // tests: hold divides every fault's duration by it
 	// pin starts clients whose only endpoint is node i's (seeded with
 	// seed) and returns what stops them; nil: none.
-	pin     func(i int, seed int64) (stop func())
+	pin func(i int, seed int64) (stop func())
 	// ns and groups: the run's namespace and the cluster's Raft groups
 	// (the move nemesis, nemesis_move.go).
 	ns      string

@@ -28,16 +28,16 @@ type config struct {
 	WatchHistory int
 	// Groups is the nodes' --groups (0 or 1: one group); the move
 	// nemesis needs 2 or more.
-	Groups int
-	ClientProcs  int // client processes (mutex workload), the ones pause-client pauses
-	Nodes        int
-	Seed         int64
-	Out          string
-	Bin          string
-	BuildTags    []string // extra tags when the harness builds the binary
-	Docker       bool
-	Compose      string // docker-compose.yml
-	Log          io.Writer
+	Groups      int
+	ClientProcs int // client processes (mutex workload), the ones pause-client pauses
+	Nodes       int
+	Seed        int64
+	Out         string
+	Bin         string
+	BuildTags   []string // extra tags when the harness builds the binary
+	Docker      bool
+	Compose     string // docker-compose.yml
+	Log         io.Writer
 }
 
 // settle is how long the cluster has after the heal before every blocking
