@@ -85,15 +85,13 @@ func (r *router) checkMove(req *pb.MoveSlotsRequest) ([]uint16, *group, error) {
 // Placement says which group serves a namespace's slot (or a slot), as
 // this node's replicas show it.
 func (r *router) Placement(_ context.Context, req *pb.PlacementRequest) (*pb.PlacementResponse, error) {
-	slot := req.GetSlot()
-	if req.GetNamespace() != "" {
-		slot = uint32(fsm.Slot(req.GetNamespace()))
-	} else if slot >= fsm.Slots {
-		return nil, rpcerr.Invalid(fmt.Sprintf("Placement: slot %d: want 0 to %d", slot, fsm.Slots-1))
+	slot, err := server.PlacementSlot(req)
+	if err != nil {
+		return nil, err
 	}
-	g, settled := r.routes.resolve(uint16(slot))
-	v := g.machine.Slot(uint16(slot))
-	out := &pb.PlacementResponse{Slot: slot, Group: uint32(g.id), Epoch: v.Epoch, Groups: uint32(len(r.groups))}
+	g, settled := r.routes.resolve(slot)
+	v := g.machine.Slot(slot)
+	out := &pb.PlacementResponse{Slot: uint32(slot), Group: uint32(g.id), Epoch: v.Epoch, Groups: uint32(len(r.groups))}
 	if !settled && v.Frozen {
 		out.Moving, out.ToGroup = true, uint32(v.To)
 	}

@@ -16,15 +16,25 @@ import (
 // and there is no other group to move one to.
 
 func (s *Server) Placement(_ context.Context, req *pb.PlacementRequest) (*pb.PlacementResponse, error) {
-	slot := req.GetSlot()
-	if req.GetNamespace() != "" {
-		slot = uint32(fsm.Slot(req.GetNamespace()))
-	} else if slot >= fsm.Slots {
-		return nil, rpcerr.Invalid(fmt.Sprintf("Placement: slot %d: want 0 to %d", slot, fsm.Slots-1))
+	slot, err := PlacementSlot(req)
+	if err != nil {
+		return nil, err
 	}
-	out := &pb.PlacementResponse{Slot: slot, Groups: 1}
+	out := &pb.PlacementResponse{Slot: uint32(slot), Groups: 1}
 	out.LeaderId, out.LeaderGrpc = s.LeaderGRPC()
 	return out, nil
+}
+
+// PlacementSlot is the slot a Placement request asks about: its
+// namespace's, or its slot (checked).
+func PlacementSlot(req *pb.PlacementRequest) (uint16, error) {
+	if req.GetNamespace() != "" {
+		return fsm.Slot(req.GetNamespace()), nil
+	}
+	if req.GetSlot() >= fsm.Slots {
+		return 0, rpcerr.Invalid(fmt.Sprintf("Placement: slot %d: want 0 to %d", req.GetSlot(), fsm.Slots-1))
+	}
+	return uint16(req.GetSlot()), nil
 }
 
 func (s *Server) MoveSlots(context.Context, *pb.MoveSlotsRequest) (*pb.MoveSlotsResponse, error) {
