@@ -62,6 +62,15 @@ type Config struct {
 	Expirer   Expirer
 	Log       Log
 	Forwarder Forwarder
+	// Served, when set, says whether the applied state has session id open
+	// in a slot this group serves, and its TTL. The leader's table learns
+	// of a session that a move imported (Opened) from the server, after
+	// the state machine applied the Import; a renewal that arrives in
+	// between finds the table without it, and would answer it ended.
+	// With Served the table arms such a session instead (a full TTL from
+	// now, as any renewal), and only a session the state does not hold is
+	// unknown.
+	Served func(id uint64) (ttl time.Duration, ok bool)
 	// Tick is the resolution of deadlines (default 50ms): a session expires
 	// between its deadline and one tick later.
 	Tick time.Duration
@@ -223,7 +232,11 @@ func (l *Liveness) Heartbeat(ctx context.Context, id uint64) (known bool, err er
 // renewal is answered "known" only once confirmed in the term it was made
 // in (DESIGN.md, "A change of leader").
 func (l *Liveness) HeartbeatAsync(id uint64, done func(known bool, err error)) {
-	switch unknown, epoch, st := l.t.touch(id); st {
+	unknown, epoch, st := l.t.touch(id)
+	if st == leading {
+		unknown = l.adopt(unknown)
+	}
+	switch st {
 	case leading:
 		l.conf.waitAsync(func(err error) {
 			if err == nil && !l.t.holds(epoch) {
@@ -254,6 +267,7 @@ func (l *Liveness) Renew(ctx context.Context, ids ...uint64) (unknown []uint64, 
 	if st != leading {
 		return nil, ErrNotLeading
 	}
+	unknown = l.adopt(unknown)
 	ctx, cancel := context.WithTimeout(ctx, touchForwardTimeout)
 	defer cancel()
 	if err := l.confirmed(ctx, epoch); err != nil {
@@ -263,6 +277,24 @@ func (l *Liveness) Renew(ctx context.Context, ids ...uint64) (unknown []uint64, 
 		return nil, err
 	}
 	return unknown, nil
+}
+
+// adopt arms the sessions of unknown that the applied state holds and
+// serves (Config.Served: a move's Import applied, its Opened not yet),
+// and returns the rest: those the state does not hold, which have ended.
+func (l *Liveness) adopt(unknown []uint64) []uint64 {
+	if len(unknown) == 0 || l.cfg.Served == nil {
+		return unknown
+	}
+	out := unknown[:0]
+	for _, id := range unknown {
+		if ttl, ok := l.cfg.Served(id); ok {
+			l.t.Opened(id, Expiry(ttl))
+			continue
+		}
+		out = append(out, id)
+	}
+	return out
 }
 
 // confirmed waits for a confirmation of leadership that started after a

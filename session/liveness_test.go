@@ -415,3 +415,40 @@ func TestRunEndingFailsWaitingHeartbeats(t *testing.T) {
 		<-done
 	})
 }
+
+// A session the applied state holds and serves but the leader's table
+// lacks (a move's Import applied, its arming not yet run: Config.Served)
+// is armed by the renewal, not answered ended; one the state does not
+// hold still is; the adopted one then expires a full Expiry(TTL) after
+// the renewal unless renewed again.
+func TestRenewalArmsAServedSessionTheTableLacks(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := &rig{rep: &fakeLog{}, fwd: &fakeForwarder{}, rec: &recorder{}}
+		served := func(id uint64) (time.Duration, bool) { return time.Second, id == 7 }
+		r.l = New(Config{Expirer: r.rec, Log: r.rep, Forwarder: r.fwd, Served: served, Tick: 10 * time.Millisecond, Flush: 20 * time.Millisecond})
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { r.l.Run(ctx); close(done) }()
+		defer func() { cancel(); <-done }()
+		if err := r.l.Lead(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if known, err := r.l.Heartbeat(t.Context(), 7); !known || err != nil {
+			t.Fatalf("session 7 (served, not in the table): known=%v err=%v, want known", known, err)
+		}
+		renewed := time.Now()
+		if unknown, err := r.l.Renew(context.Background(), 7, 9); err != nil || !slices.Equal(unknown, []uint64{9}) {
+			t.Fatalf("renew: unknown=%v err=%v, want [9]", unknown, err)
+		}
+		time.Sleep(time.Until(renewed.Add(Expiry(time.Second) - time.Millisecond)))
+		synctest.Wait()
+		if calls := r.rec.seen(); len(calls) != 0 {
+			t.Fatalf("expired %v before TTL and grace", calls)
+		}
+		time.Sleep(20 * time.Millisecond)
+		synctest.Wait()
+		if calls := r.rec.seen(); !slices.Equal(calls, []uint64{7}) {
+			t.Fatalf("expired %v after TTL and grace, want [7]", calls)
+		}
+	})
+}

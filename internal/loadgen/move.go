@@ -214,7 +214,7 @@ func RunMove(ctx context.Context, cfg MoveConfig) (*MoveResult, error) {
 	}
 	res.LocksLost += granted.Load()
 	for _, cl := range append(append([]*lockcluster.Client(nil), holders...), waiters...) {
-		if _, err := cl.Query(ctx); errors.Is(err, lockcluster.ErrSessionClosed) {
+		if _, err := cl.Query(ctx); errors.Is(err, lockcluster.ErrSessionClosed) || errors.Is(err, lockcluster.ErrSessionLost) {
 			res.SessionsLost++
 		}
 	}

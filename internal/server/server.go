@@ -229,7 +229,7 @@ func New(cfg Config) *Server {
 		s.hub.maxStreams = DefaultMaxStreamsPerSession
 	}
 	s.peers = newPeers(cfg.DialOptions)
-	s.live = session.New(session.Config{Expirer: expirer{s}, Log: sessionLog{s}, Forwarder: forwarder{s},
+	s.live = session.New(session.Config{Expirer: expirer{s}, Log: sessionLog{s}, Forwarder: forwarder{s}, Served: s.served,
 		Tick: cfg.SessionTick, Flush: cfg.HeartbeatFlush, Logger: cfg.Logger.Named("session"), Now: cfg.Now})
 	s.rate = newRateLimiter[uint64](cfg.SessionRate, cfg.SessionBurst)
 	s.nsRate = newRateLimiter[string](cfg.NamespaceRate, cfg.NamespaceBurst)
@@ -302,6 +302,17 @@ func (s *Server) applyMove(mv *fsm.MoveApplied) {
 		}
 		s.log.Info("slots served from now: their sessions armed with a full TTL", "move", mv.Kind.String(), "slots", len(mv.Slots), "epoch", mv.Epoch, "sessions", len(ss))
 	}
+}
+
+// served is session liveness's Config.Served: the session is open in the
+// applied state and in a slot this group serves (a move's Import applied
+// here, whose arming in applyMove may not have run yet).
+func (s *Server) served(id uint64) (time.Duration, bool) {
+	info, ok := s.m.Session(id)
+	if !ok || s.m.OwnsSession(id) != nil {
+		return 0, false
+	}
+	return time.Duration(info.TTL), true
 }
 
 // History is the watch history this server streams watches from (Config.History).
