@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -54,44 +53,30 @@ func RunHeld(ctx context.Context, cfg HeldConfig) (*HeldResult, error) {
 	}
 	res := &HeldResult{Locks: cfg.Locks, Sessions: cfg.Sessions}
 	var h Histogram
-	var next, done atomic.Int64
-	var first atomic.Pointer[error]
+	var done atomic.Int64
 	start := time.Now()
 	stopProgress := everySecond(cfg.Progress, func(w io.Writer) {
 		fmt.Fprintf(w, "%5.1fs held %d of %d\n", time.Since(start).Seconds(), done.Load(), cfg.Locks)
 	})
-	var wg sync.WaitGroup
-	for range cfg.Workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for first.Load() == nil {
-				i := next.Add(1) - 1
-				if i >= int64(cfg.Locks) {
-					return
-				}
-				t0 := time.Now()
-				actx, cancel := context.WithTimeout(ctx, 30*time.Second)
-				_, err := ss[i%int64(len(ss))].Lock(actx, fmt.Sprintf("%sh/%d", cfg.Prefix, i), false, true)
-				cancel()
-				if err != nil {
-					err = fmt.Errorf("lock %d: %w", i, err)
-					first.CompareAndSwap(nil, &err)
-					return
-				}
-				h.Record(time.Since(t0))
-				done.Add(1)
-			}
-		}()
-	}
-	wg.Wait()
+	err = parallel(ctx, cfg.Locks, cfg.Workers, func(i int) error {
+		t0 := time.Now()
+		actx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		_, err := ss[i%len(ss)].Lock(actx, fmt.Sprintf("%sh/%d", cfg.Prefix, i), false, true)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("lock %d: %w", i, err)
+		}
+		h.Record(time.Since(t0))
+		done.Add(1)
+		return nil
+	})
 	stopProgress()
 	res.AcquireS = time.Since(start).Seconds()
 	res.PerSec = rate(done.Load(), res.AcquireS)
 	res.Acquire = h.Summary()
-	if e := first.Load(); e != nil {
+	if err != nil {
 		closeSessions(ss)
-		return res, *e
+		return res, err
 	}
 	if cfg.Hold > 0 {
 		if cfg.Progress != nil {

@@ -276,3 +276,14 @@ func TestMoveSurvivesLeaderLoss(t *testing.T) {
 		})
 	}
 }
+
+// The client's SlotOf is its own copy of the cluster's slot function
+// (the client imports no server package): the two must agree, or the CLI's
+// --namespace-of would move another namespace's slot.
+func TestClientSlotIsTheCluster(t *testing.T) {
+	for _, ns := range append(groupNamespaces(8), "", "default", "orders", "a", "ü-namespace") {
+		if got, want := lockcluster.SlotOf(ns), int(fsm.Slot(ns)); got != want {
+			t.Errorf("SlotOf(%q) = %d, the cluster's is %d", ns, got, want)
+		}
+	}
+}
